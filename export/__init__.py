@@ -1,0 +1,1 @@
+"""Export: SavedModels with built-in tokenization (installed as xlnet_tf.export)."""

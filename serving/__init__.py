@@ -1,0 +1,1 @@
+"""Serving: TensorFlow-Serving-compatible client and server (installed as xlnet_tf.serving)."""

@@ -1,0 +1,27 @@
+"""XLNet on Keras 3 and TensorFlow 2.
+
+Public names are loaded lazily so that `import xlnet_tf` (and the CLI's `--help`) stays fast and only
+imports TensorFlow when a model, tokenizer or config is first used.
+"""
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "XLNetConfig": "xlnet_tf.config",
+    "RunOptions": "xlnet_tf.config",
+    "XLNetModel": "xlnet_tf.model",
+    "XLNetPretrainer": "xlnet_tf.model",
+    "XLNetTokenizer": "xlnet_tf.tokenization",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'xlnet_tf' has no attribute {name!r}")

@@ -1,0 +1,154 @@
+"""The two configuration objects: the architecture (bound to a checkpoint) and run options (bound to a run).
+
+`XLNetConfig` reads and writes the published `xlnet_config.json`; `RunOptions` holds what may change from one
+run to the next with the same weights (dropout, memory length, attention type, ...), as the original
+`XLNetConfig` / `RunConfig` split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from xlnet_tf.errors import UserError
+
+# "gelu" is the tanh approximation used by the published TF code; "gelu_exact" is the erf form that
+# transformers' XLNet calls "gelu". Converters keep their source's meaning.
+FF_ACTIVATIONS = ("relu", "gelu", "gelu_exact")
+ATTN_TYPES = ("bi", "uni")
+
+
+class ConfigError(UserError):
+    """A configuration file or value that cannot be used; the message names the file or field."""
+
+
+def _check_fields(cls, data, source):
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) {unknown}; allowed: {sorted(names)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class XLNetConfig:
+    """XLNet architecture, with the published `xlnet_config.json` keys.
+
+    n_token: vocabulary size; d_model: hidden size; n_layer: number of blocks; n_head / d_head: attention
+    heads and their size; d_inner: feed-forward size; ff_activation: "relu", "gelu" (tanh approximation,
+    as the original) or "gelu_exact" (erf); untie_r: one set of relative-attention biases per layer (True)
+    or one set shared by all layers (False).
+    """
+
+    n_token: int = 32000
+    d_model: int = 1024
+    n_layer: int = 24
+    n_head: int = 16
+    d_head: int = 64
+    d_inner: int = 4096
+    ff_activation: str = "gelu"
+    untie_r: bool = True
+
+    def __post_init__(self):
+        for name in ("n_token", "d_model", "n_layer", "n_head", "d_head", "d_inner"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"XLNetConfig.{name} must be a positive integer, got {value!r}")
+        if self.ff_activation not in FF_ACTIVATIONS:
+            raise ConfigError(
+                f"XLNetConfig.ff_activation must be one of {FF_ACTIVATIONS}, got {self.ff_activation!r}"
+            )
+        if not isinstance(self.untie_r, bool):
+            raise ConfigError(f"XLNetConfig.untie_r must be true or false, got {self.untie_r!r}")
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data, source="XLNetConfig"):
+        _check_fields(cls, data, source)
+        try:
+            return cls(**data)
+        except ConfigError as error:
+            raise ConfigError(f"{source}: {error}") from None
+
+    @classmethod
+    def from_json(cls, path):
+        """Reads a published-style `xlnet_config.json`."""
+        path = os.fspath(path)
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file") from None
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a JSON object")
+        return cls.from_dict(data, source=path)
+
+    def to_json(self, path):
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
+            f.write("\n")
+
+
+# Published sizes (XLNet-base and -large) and a tiny one for tests and the demo.
+MODEL_SIZES = {
+    "tiny": XLNetConfig(n_token=32000, d_model=64, n_layer=2, n_head=4, d_head=16, d_inner=256),
+    "base": XLNetConfig(n_token=32000, d_model=768, n_layer=12, n_head=12, d_head=64, d_inner=3072),
+    "large": XLNetConfig(n_token=32000, d_model=1024, n_layer=24, n_head=16, d_head=64, d_inner=4096),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """Options bound to a run rather than to the weights.
+
+    dropout / dropatt: dropout rates on activations / attention probabilities; mem_len: how many hidden
+    states each layer caches for the next segment (0 = no memory); reuse_len: how many leading positions of
+    the current segment are cached (0 = all); bi_data: the first half of the batch uses forward relative
+    positions and the second half backward ones; clamp_len: relative distances are clamped to this (-1 = no
+    clamp); same_length: with "uni", every position attends to the same number of keys; attn_type: "bi"
+    (bidirectional) or "uni" (causal); initializer_range: stddev of the normal initialiser.
+    """
+
+    dropout: float = 0.1
+    dropatt: float = 0.1
+    mem_len: int = 0
+    reuse_len: int = 0
+    bi_data: bool = False
+    clamp_len: int = -1
+    same_length: bool = False
+    attn_type: str = "bi"
+    initializer_range: float = 0.02
+
+    def __post_init__(self):
+        for name in ("dropout", "dropatt"):
+            value = getattr(self, name)
+            if not 0.0 <= float(value) < 1.0:
+                raise ConfigError(f"RunOptions.{name} must be in [0, 1), got {value!r}")
+        for name in ("mem_len", "reuse_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ConfigError(f"RunOptions.{name} must be an integer >= 0, got {value!r}")
+        if not isinstance(self.clamp_len, int) or self.clamp_len < -1:
+            raise ConfigError(f"RunOptions.clamp_len must be -1 (no clamp) or >= 0, got {self.clamp_len!r}")
+        if self.attn_type not in ATTN_TYPES:
+            raise ConfigError(f"RunOptions.attn_type must be one of {ATTN_TYPES}, got {self.attn_type!r}")
+        if self.initializer_range <= 0:
+            raise ConfigError(f"RunOptions.initializer_range must be > 0, got {self.initializer_range!r}")
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data, source="RunOptions"):
+        _check_fields(cls, data, source)
+        try:
+            return cls(**data)
+        except ConfigError as error:
+            raise ConfigError(f"{source}: {error}") from None
+
+    def replace(self, **changes):
+        return self.from_dict({**self.to_dict(), **changes})

@@ -1,0 +1,179 @@
+"""Two-stream relative multi-head attention (XLNet), batch-major.
+
+score(i, j) = ((q_i + r_w_bias) . k_j + shift((q_i + r_r_bias) . r)_{ij} + (q_i + r_s_bias) . seg_embed[s_ij])
+              / sqrt(d_head)
+over keys [mems; h]. The content stream (h) attends with every position allowed to see itself; the query
+stream (g) shares all weights, is computed only at the target positions and uses the mask as given.
+"""
+
+import keras
+import tensorflow as tf
+
+
+def relative_shift(scores, klen):
+    """[B, N, Q, R] scores against relative distances -> [B, N, Q, klen] scores against keys.
+
+    Row i is shifted left by Q - i (query i at absolute position klen - Q + i), done with a reshape and
+    slices (no gather), as the original's `rel_shift`.
+    """
+    batch, heads, qlen, rlen = _shape(scores)
+    shifted = tf.reshape(scores, [batch, heads, rlen, qlen])[:, :, 1:, :]
+    shifted = tf.reshape(shifted, [batch, heads, qlen, rlen - 1])
+    return shifted[:, :, :, :klen]
+
+
+def shift_at_positions(scores, positions, qlen, klen):
+    """Like `relative_shift`, for queries at arbitrary positions of the current segment.
+
+    scores: [B, N, P, R] for P targets; positions: [B, P] int32 in [0, qlen). Returns [B, N, P, klen] with
+    out[.., p, j] = scores[.., p, qlen - positions[p] + j], the entry the content stream's row would hold.
+    """
+    rlen = _shape(scores)[3]
+    index = (qlen - positions)[:, :, None] + tf.range(klen)[None, None, :]  # [B, P, K]
+    # With "uni" attention the indices past the last distance belong to future keys, which are masked.
+    index = tf.minimum(index, rlen - 1)
+    by_target = tf.transpose(scores, [0, 2, 3, 1])  # [B, P, R, N]
+    gathered = tf.gather(by_target, index, axis=2, batch_dims=2)  # [B, P, K, N]
+    return tf.transpose(gathered, [0, 3, 1, 2])
+
+
+def _shape(tensor):
+    """Static dimensions where known, dynamic ones otherwise."""
+    dynamic = tf.shape(tensor)
+    return [dim if dim is not None else dynamic[i] for i, dim in enumerate(tensor.shape.as_list())]
+
+
+def masked_fill_value(dtype):
+    """A large negative score that stays finite in `dtype` (no 1e30 overflow in float16)."""
+    dtype = tf.as_dtype(dtype)
+    return -1e30 if dtype in (tf.float32, tf.float64, tf.bfloat16) else dtype.min
+
+
+class TwoStreamRelativeAttention(keras.layers.Layer):
+    """Relative attention for the content stream and, optionally, the query stream, with the post-attention
+    projection, dropout, residual and LayerNorm (epsilon 1e-12).
+
+    Weights: q, k, v, r, o kernels [d_model, n_head, d_head] without biases. The relative-attention biases and
+    the segment embedding are passed in, since the original shares them across layers when `untie_r` is off.
+    """
+
+    def __init__(self, d_model, n_head, d_head, dropout=0.0, dropatt=0.0, initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model = d_model
+        self.n_head = n_head
+        self.d_head = d_head
+        self.dropout = dropout
+        self.dropatt = dropatt
+        self.initializer_range = initializer_range
+        self.attention_dropout = keras.layers.Dropout(dropatt, name="attention_dropout")
+        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="layer_norm")
+
+    def build(self, input_shape=None):
+        initializer = keras.initializers.RandomNormal(stddev=self.initializer_range)
+        shape = (self.d_model, self.n_head, self.d_head)
+        for name in ("q", "k", "v", "r", "o"):
+            setattr(self, name, self.add_weight(name=name, shape=shape, initializer=initializer))
+        self.layer_norm.build((None, None, self.d_model))
+        self.built = True
+
+    def call(
+        self,
+        content,
+        query=None,
+        mems=None,
+        *,
+        position_encoding,
+        content_blocked,
+        query_blocked=None,
+        content_segment_different=None,
+        query_segment_different=None,
+        query_positions=None,
+        query_valid=None,
+        content_bias,
+        position_bias,
+        segment_bias=None,
+        segment_embedding=None,
+        training=False,
+    ):
+        """content [B, T, d]; query [B, P, d] or None; mems [B, M, d] or None; position_encoding [C, R, d]
+        (C = 2 with bi_data); *_blocked bool [B, T or P, M + T]; *_segment_different bool, same shapes, or
+        None for no segment term; query_positions [B, P] int32 and query_valid [B, P] from `target_mapping`;
+        biases [n_head, d_head]; segment_embedding [2, n_head, d_head]. Returns (content, query) outputs.
+        """
+        dtype = self.compute_dtype
+        keys_input = content if mems is None else tf.concat([tf.cast(mems, content.dtype), content], axis=1)
+        k_head = tf.einsum("bkd,dnh->bknh", keys_input, tf.cast(self.k, dtype))
+        v_head = tf.einsum("bkd,dnh->bknh", keys_input, tf.cast(self.v, dtype))
+        r_head = tf.einsum("crd,dnh->crnh", tf.cast(position_encoding, dtype), tf.cast(self.r, dtype))
+        klen = _shape(keys_input)[1]
+        qlen = _shape(content)[1]
+        biases = [tf.cast(b, dtype) if b is not None else None for b in (content_bias, position_bias, segment_bias)]
+        segment_embedding = None if segment_embedding is None else tf.cast(segment_embedding, dtype)
+
+        def attend(q_head, shift, blocked, segment_different):
+            position_scores = shift(self._position_scores(q_head + biases[1], r_head))
+            attended = self._attend(
+                q_head, k_head, v_head, position_scores, blocked, segment_different,
+                biases[0], biases[2], segment_embedding, training,
+            )
+            return attended
+
+        q_head = tf.einsum("btd,dnh->btnh", content, tf.cast(self.q, dtype))
+        content_vec = attend(
+            q_head, lambda s: relative_shift(s, klen), content_blocked, content_segment_different
+        )
+        content_out = self._post_attention(content_vec, content, training)
+        if query is None:
+            return content_out, None
+
+        g_head = tf.einsum("bpd,dnh->bpnh", query, tf.cast(self.q, dtype))
+        query_vec = attend(
+            g_head,
+            lambda s: shift_at_positions(s, query_positions, qlen, klen),
+            query_blocked,
+            query_segment_different,
+        )
+        # As the original maps the query stream back through `target_mapping`: all-zero rows give zeros.
+        query_vec = query_vec * tf.cast(query_valid, dtype)[:, :, None, None]
+        return content_out, self._post_attention(query_vec, query, training)
+
+    def _position_scores(self, q_head, r_head):
+        """q_head [B, Q, N, H], r_head [C, R, N, H] -> [B, N, Q, R] (batch halves use their own encoding)."""
+        copies = r_head.shape[0]
+        if copies == 1:
+            return tf.einsum("bqnh,rnh->bnqr", q_head, r_head[0])
+        batch, qlen, heads, size = _shape(q_head)
+        halves = tf.reshape(q_head, [copies, -1, qlen, heads, size])
+        scores = tf.einsum("cbqnh,crnh->cbnqr", halves, r_head)
+        return tf.reshape(scores, [batch, heads, qlen, _shape(r_head)[1]])
+
+    def _attend(self, q_head, k_head, v_head, position_scores, blocked, segment_different, content_bias,
+                segment_bias, segment_embedding, training):
+        scores = tf.einsum("bqnh,bknh->bnqk", q_head + content_bias, k_head) + position_scores
+        if segment_embedding is not None and segment_different is not None:
+            by_segment = tf.einsum("bqnh,snh->bnqs", q_head + segment_bias, segment_embedding)
+            scores += tf.where(segment_different[:, None], by_segment[..., 1:], by_segment[..., :1])
+        # Softmax in float32 so that masking and normalisation are exact in bfloat16 / float16 as well.
+        scores = tf.cast(scores, tf.float32) * (1.0 / self.d_head**0.5)
+        scores = tf.where(blocked[:, None], masked_fill_value(tf.float32), scores)
+        probs = tf.cast(tf.nn.softmax(scores, axis=-1), q_head.dtype)
+        probs = self.attention_dropout(probs, training=training)
+        return tf.einsum("bnqk,bknh->bqnh", probs, v_head)
+
+    def _post_attention(self, attended, residual, training):
+        out = tf.einsum("bqnh,dnh->bqd", attended, tf.cast(self.o, attended.dtype))
+        out = self.output_dropout(out, training=training)
+        return self.layer_norm(out + residual)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            d_model=self.d_model,
+            n_head=self.n_head,
+            d_head=self.d_head,
+            dropout=self.dropout,
+            dropatt=self.dropatt,
+            initializer_range=self.initializer_range,
+        )
+        return config

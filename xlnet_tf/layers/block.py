@@ -1,0 +1,57 @@
+"""One XLNet layer: two-stream relative attention, then the feed-forward applied to each stream."""
+
+import keras
+
+from xlnet_tf.layers.attention import TwoStreamRelativeAttention
+from xlnet_tf.layers.feedforward import PositionwiseFeedForward
+
+
+class XLNetBlock(keras.layers.Layer):
+    """content [B, T, d], query [B, P, d] or None -> (content, query). Both streams share every weight."""
+
+    def __init__(self, d_model, n_head, d_head, d_inner, ff_activation="gelu", dropout=0.0, dropatt=0.0,
+                 initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model = d_model
+        self.n_head = n_head
+        self.d_head = d_head
+        self.d_inner = d_inner
+        self.ff_activation = ff_activation
+        self.dropout = dropout
+        self.dropatt = dropatt
+        self.initializer_range = initializer_range
+        self.attention = TwoStreamRelativeAttention(
+            d_model, n_head, d_head, dropout=dropout, dropatt=dropatt, initializer_range=initializer_range,
+            name="rel_attn",
+        )
+        self.feed_forward = PositionwiseFeedForward(
+            d_model, d_inner, activation=ff_activation, dropout=dropout, initializer_range=initializer_range,
+            name="ff",
+        )
+
+    def build(self, input_shape=None):
+        self.attention.build()
+        self.feed_forward.build()
+        self.built = True
+
+    def call(self, content, query=None, mems=None, training=False, **attention_inputs):
+        """`attention_inputs` are `TwoStreamRelativeAttention.call`'s keyword arguments."""
+        content, query = self.attention(content, query, mems, training=training, **attention_inputs)
+        content = self.feed_forward(content, training=training)
+        if query is not None:
+            query = self.feed_forward(query, training=training)
+        return content, query
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            d_model=self.d_model,
+            n_head=self.n_head,
+            d_head=self.d_head,
+            d_inner=self.d_inner,
+            ff_activation=self.ff_activation,
+            dropout=self.dropout,
+            dropatt=self.dropatt,
+            initializer_range=self.initializer_range,
+        )
+        return config

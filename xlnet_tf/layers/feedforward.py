@@ -1,0 +1,70 @@
+"""Position-wise feed-forward sublayer with residual and post-LayerNorm."""
+
+import math
+
+import keras
+import tensorflow as tf
+
+
+def gelu_tanh(x):
+    """GELU, tanh approximation: the published XLNet's `gelu`."""
+    cube = x * x * x
+    return 0.5 * x * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * cube)))
+
+
+def gelu_exact(x):
+    """GELU with the exact erf: transformers' XLNet `gelu`."""
+    return 0.5 * x * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
+
+
+ACTIVATIONS = {"relu": tf.nn.relu, "gelu": gelu_tanh, "gelu_exact": gelu_exact}
+
+
+class PositionwiseFeedForward(keras.layers.Layer):
+    """LayerNorm(x + dropout(W2 dropout(act(W1 x + b1)) + b2)), [B, T, d_model] -> [B, T, d_model]."""
+
+    def __init__(self, d_model, d_inner, activation="gelu", dropout=0.0, initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.d_model = d_model
+        self.d_inner = d_inner
+        self.activation = activation
+        self.dropout = dropout
+        self.initializer_range = initializer_range
+        self.inner_dropout = keras.layers.Dropout(dropout, name="inner_dropout")
+        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="layer_norm")
+
+    def build(self, input_shape=None):
+        initializer = keras.initializers.RandomNormal(stddev=self.initializer_range)
+        self.layer_1_kernel = self.add_weight(
+            name="layer_1_kernel", shape=(self.d_model, self.d_inner), initializer=initializer
+        )
+        self.layer_1_bias = self.add_weight(name="layer_1_bias", shape=(self.d_inner,), initializer="zeros")
+        self.layer_2_kernel = self.add_weight(
+            name="layer_2_kernel", shape=(self.d_inner, self.d_model), initializer=initializer
+        )
+        self.layer_2_bias = self.add_weight(name="layer_2_bias", shape=(self.d_model,), initializer="zeros")
+        self.layer_norm.build((None, None, self.d_model))
+        self.built = True
+
+    def call(self, inputs, training=False):
+        dtype = self.compute_dtype
+        hidden = tf.einsum("btd,di->bti", inputs, tf.cast(self.layer_1_kernel, dtype))
+        hidden = ACTIVATIONS[self.activation](hidden + tf.cast(self.layer_1_bias, dtype))
+        hidden = self.inner_dropout(hidden, training=training)
+        out = tf.einsum("bti,id->btd", hidden, tf.cast(self.layer_2_kernel, dtype))
+        out = self.output_dropout(out + tf.cast(self.layer_2_bias, dtype), training=training)
+        return self.layer_norm(out + inputs)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            d_model=self.d_model,
+            d_inner=self.d_inner,
+            activation=self.activation,
+            dropout=self.dropout,
+            initializer_range=self.initializer_range,
+        )
+        return config

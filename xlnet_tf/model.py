@@ -1,0 +1,303 @@
+"""XLNetModel (the encoder) and XLNetPretrainer (encoder + tied LM head + permutation-LM loss)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+
+import keras
+import tensorflow as tf
+
+from xlnet_tf.config import ConfigError, RunOptions, XLNetConfig
+from xlnet_tf.layers import masks
+from xlnet_tf.layers.block import XLNetBlock
+from xlnet_tf.layers.positions import relative_positional_encoding
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "xlnet_config.json"
+CHECKPOINT_PREFIX = "model.ckpt"
+SPM_FILE = "spiece.model"
+MODEL_INPUTS = ("input_ids", "segment_ids", "padding_mask", "perm_mask", "target_mapping")
+
+
+def cache_memory(hidden, previous, mem_len, reuse_len):
+    """The original's `_cache_mem`: [B, T, d] hidden (and [B, M, d] previous memory) -> [B, <=mem_len, d].
+
+    The first `reuse_len` positions (all when 0) are appended to the previous memory and the last `mem_len`
+    kept, without gradient.
+    """
+    current = hidden[:, :reuse_len] if reuse_len > 0 else hidden
+    if previous is not None:
+        current = tf.concat([tf.cast(previous, current.dtype), current], axis=1)
+    return tf.stop_gradient(current[:, -mem_len:])
+
+
+class XLNetModel(keras.Model):
+    """The XLNet encoder, batch-major.
+
+    Call with a dict: `input_ids` [B, T] int; optional `segment_ids` [B, T] (no segment term when absent),
+    `padding_mask` [B, T] (1 = real token; all real when absent), `perm_mask` [B, T, T] (1 = position i may
+    NOT attend to j), `target_mapping` [B, P, T] (one-hot rows, or all-zero rows for padded targets); and
+    `mems=` a list of n_layer [B, M, d_model] tensors.
+
+    Returns a dict: `sequence_output` [B, T, d_model] (content stream), `query_output` [B, P, d_model] (query
+    stream, with `target_mapping`) and `new_mems` (list of n_layer [B, min(M + reuse, mem_len), d_model],
+    when run_options.mem_len > 0). The query stream's mask is `perm_mask` as given: the data pipeline blocks
+    i -> i for every target, as the original does, so a target never sees its own token.
+    """
+
+    def __init__(self, config: XLNetConfig, run_options: RunOptions | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config
+        self.run_options = run_options or RunOptions()
+        cfg, run = self.config, self.run_options
+        sub = {"dtype": self.dtype_policy}
+        self.initializer = keras.initializers.RandomNormal(stddev=run.initializer_range)
+        self.word_embedding = keras.layers.Embedding(
+            cfg.n_token, cfg.d_model, embeddings_initializer=self.initializer, name="word_embedding", **sub
+        )
+        self.embedding_dropout = keras.layers.Dropout(run.dropout, name="embedding_dropout", **sub)
+        self.position_dropout = keras.layers.Dropout(run.dropout, name="position_dropout", **sub)
+        self.output_dropout = keras.layers.Dropout(run.dropout, name="output_dropout", **sub)
+        # One attribute per block (layer_0, layer_1, ...): tf.train.Checkpoint does not track Keras 3 lists.
+        for i in range(cfg.n_layer):
+            block = XLNetBlock(
+                cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_inner, ff_activation=cfg.ff_activation,
+                dropout=run.dropout, dropatt=run.dropatt, initializer_range=run.initializer_range,
+                name=f"layer_{i}", **sub,
+            )
+            setattr(self, f"layer_{i}", block)
+        self.build()
+
+    @property
+    def blocks(self):
+        """The n_layer XLNetBlocks, bottom first."""
+        return [getattr(self, f"layer_{i}") for i in range(self.config.n_layer)]
+
+    def build(self, input_shape=None):
+        cfg = self.config
+        self.word_embedding.build((None, None))
+        for block in self.blocks:
+            block.build()
+        bias_shape = (cfg.n_layer, cfg.n_head, cfg.d_head) if cfg.untie_r else (cfg.n_head, cfg.d_head)
+        self.mask_emb = self.add_weight(name="mask_emb", shape=(cfg.d_model,), initializer=self.initializer)
+        self.r_w_bias = self.add_weight(name="r_w_bias", shape=bias_shape, initializer=self.initializer)
+        self.r_r_bias = self.add_weight(name="r_r_bias", shape=bias_shape, initializer=self.initializer)
+        self.r_s_bias = self.add_weight(name="r_s_bias", shape=bias_shape, initializer=self.initializer)
+        self.seg_embed = self.add_weight(
+            name="seg_embed", shape=(cfg.n_layer, 2, cfg.n_head, cfg.d_head), initializer=self.initializer
+        )
+        self.built = True
+
+    def _layer_bias(self, bias, layer):
+        return bias[layer] if self.config.untie_r else bias
+
+    def call(self, inputs, mems=None, training=False):
+        unknown = sorted(set(inputs) - set(MODEL_INPUTS))
+        if unknown:
+            raise ValueError(f"XLNetModel: unknown input(s) {unknown}; allowed: {list(MODEL_INPUTS)}")
+        cfg, run = self.config, self.run_options
+        input_ids = tf.convert_to_tensor(inputs["input_ids"])
+        batch, qlen = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
+        padding_mask = inputs.get("padding_mask")
+        if padding_mask is None:
+            padding_mask = tf.ones([batch, qlen], tf.int32)
+        if mems is not None and len(mems) != cfg.n_layer:
+            raise ValueError(f"XLNetModel: mems must hold {cfg.n_layer} tensors (one per layer), got {len(mems)}")
+        mlen = 0 if mems is None else tf.shape(mems[0])[1]
+        klen = mlen + qlen
+
+        content_blocked, query_blocked = masks.attention_blocked(
+            padding_mask, inputs.get("perm_mask"), mlen, run.attn_type, run.same_length
+        )
+        segment_ids = inputs.get("segment_ids")
+        segment_diff = None if segment_ids is None else masks.segment_different(segment_ids, mlen)
+        position_encoding = relative_positional_encoding(
+            qlen, klen, cfg.d_model, run.attn_type, run.bi_data, run.clamp_len
+        )
+        position_encoding = self.position_dropout(
+            tf.cast(position_encoding, self.compute_dtype), training=training
+        )
+
+        content = self.embedding_dropout(self.word_embedding(input_ids), training=training)
+        query = None
+        stream_inputs = {"content_blocked": content_blocked, "content_segment_different": segment_diff}
+        target_mapping = inputs.get("target_mapping")
+        if target_mapping is not None:
+            positions, valid = masks.target_positions(target_mapping)
+            num_predict = tf.shape(positions)[1]
+            query = tf.broadcast_to(tf.cast(self.mask_emb, self.compute_dtype), [batch, num_predict, cfg.d_model])
+            query = self.embedding_dropout(query, training=training)
+            stream_inputs.update(
+                query_blocked=masks.gather_rows(query_blocked, positions),
+                query_segment_different=None if segment_diff is None else masks.gather_rows(segment_diff, positions),
+                query_positions=positions,
+                query_valid=valid,
+            )
+
+        new_mems = []
+        for i, block in enumerate(self.blocks):
+            layer_mems = None if mems is None else mems[i]
+            if run.mem_len > 0:
+                new_mems.append(cache_memory(content, layer_mems, run.mem_len, run.reuse_len))
+            content, query = block(
+                content,
+                query,
+                layer_mems,
+                training=training,
+                position_encoding=position_encoding,
+                content_bias=self._layer_bias(self.r_w_bias, i),
+                position_bias=self._layer_bias(self.r_r_bias, i),
+                segment_bias=self._layer_bias(self.r_s_bias, i),
+                segment_embedding=self.seg_embed[i],
+                **stream_inputs,
+            )
+
+        outputs = {"sequence_output": self.output_dropout(content, training=training)}
+        if query is not None:
+            outputs["query_output"] = self.output_dropout(query, training=training)
+        if run.mem_len > 0:
+            outputs["new_mems"] = new_mems
+        return outputs
+
+    def get_config(self):
+        return {"name": self.name, "config": self.config.to_dict(), "run_options": self.run_options.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(
+            XLNetConfig.from_dict(config.pop("config")), RunOptions.from_dict(config.pop("run_options")), **config
+        )
+
+    # -- directories holding xlnet_config.json + a TF2 checkpoint (+ spiece.model) ---------------------------
+
+    def _checkpoint(self):
+        return tf.train.Checkpoint(model=tf.train.Checkpoint(transformer=self))
+
+    def save_pretrained(self, path, extra_files=()):
+        """Writes `xlnet_config.json` and the checkpoint into `path`, atomically (a temporary directory
+        renamed into place); `extra_files` (such as a `spiece.model`) are copied alongside."""
+        _write_pretrained(path, self.config, self._checkpoint(), extra_files)
+
+    @classmethod
+    def from_pretrained(cls, path, dtype=None, **run_options):
+        """Loads a directory written by `save_pretrained` or `xlnet-tf convert`; keyword arguments are
+        `RunOptions` fields (dropout, mem_len, ...); `dtype` is a Keras dtype policy such as "mixed_bfloat16"."""
+        config = _read_config(path)
+        model = cls(config, RunOptions.from_dict(run_options, source="run options"), dtype=dtype)
+        _restore(path, model._checkpoint(), require_lm_head=False)
+        return model
+
+
+class XLNetPretrainer(keras.Model):
+    """XLNetModel plus the LM head tied to the word embedding (with its own bias) and the permutation-LM loss.
+
+    Inputs: those of XLNetModel plus optional `target_ids` [B, P] and `target_mask` [B, P] (1 = real target).
+    Returns XLNetModel's outputs plus `logits` [B, P, n_token] (from the query stream when `target_mapping` is
+    given, else [B, T, n_token] from the content stream) and, with `target_ids`, `loss`: the cross-entropy
+    averaged over real targets.
+    """
+
+    def __init__(self, config: XLNetConfig, run_options: RunOptions | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config
+        self.run_options = run_options or RunOptions()
+        self.transformer = XLNetModel(config, self.run_options, name="transformer", dtype=self.dtype_policy)
+        self.build()
+
+    def build(self, input_shape=None):
+        self.lm_bias = self.add_weight(name="lm_bias", shape=(self.config.n_token,), initializer="zeros")
+        self.built = True
+
+    def call(self, inputs, mems=None, training=False):
+        model_inputs = {k: v for k, v in inputs.items() if k not in ("target_ids", "target_mask")}
+        outputs = dict(self.transformer(model_inputs, mems=mems, training=training))
+        hidden = outputs.get("query_output", outputs["sequence_output"])
+        embedding = tf.cast(self.transformer.word_embedding.embeddings, hidden.dtype)
+        logits = tf.einsum("bpd,vd->bpv", hidden, embedding)
+        logits = tf.cast(logits, tf.float32) + tf.cast(self.lm_bias, tf.float32)
+        outputs["logits"] = logits
+        if inputs.get("target_ids") is not None:
+            outputs["loss"] = permutation_lm_loss(logits, inputs["target_ids"], inputs.get("target_mask"))
+        return outputs
+
+    def get_config(self):
+        return {"name": self.name, "config": self.config.to_dict(), "run_options": self.run_options.to_dict()}
+
+    from_config = XLNetModel.from_config
+
+    def _checkpoint(self):
+        return tf.train.Checkpoint(model=self)
+
+    def save_pretrained(self, path, extra_files=()):
+        """Writes `xlnet_config.json` and the checkpoint (encoder and LM head) into `path`, atomically."""
+        _write_pretrained(path, self.config, self._checkpoint(), extra_files)
+
+    @classmethod
+    def from_pretrained(cls, path, dtype=None, **run_options):
+        """As `XLNetModel.from_pretrained`; a directory without an LM head bias is an error."""
+        config = _read_config(path)
+        model = cls(config, RunOptions.from_dict(run_options, source="run options"), dtype=dtype)
+        _restore(path, model._checkpoint(), require_lm_head=True)
+        return model
+
+
+def permutation_lm_loss(logits, target_ids, target_mask=None):
+    """Mean cross-entropy over real targets: logits [B, P, V] float32, target_ids [B, P], target_mask [B, P]."""
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(target_ids, tf.int32), logits=logits)
+    if target_mask is None:
+        return tf.reduce_mean(losses)
+    weights = tf.cast(target_mask, losses.dtype)
+    return tf.math.divide_no_nan(tf.reduce_sum(losses * weights), tf.reduce_sum(weights))
+
+
+def _read_config(path):
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise ConfigError(f"{path}: not a directory holding {CONFIG_FILE} and a checkpoint")
+    return XLNetConfig.from_json(os.path.join(path, CONFIG_FILE))
+
+
+def _restore(path, checkpoint, require_lm_head):
+    prefix = os.path.join(os.fspath(path), CHECKPOINT_PREFIX)
+    if not tf.io.gfile.exists(prefix + ".index"):
+        raise ConfigError(f"{path}: no checkpoint {CHECKPOINT_PREFIX}.index")
+    if require_lm_head:
+        names = {name for name, _ in tf.train.list_variables(prefix)}
+        if not any(name.startswith("model/lm_bias") for name in names):
+            raise ConfigError(f"{path}: the checkpoint has no LM head (model/lm_bias); load it with XLNetModel")
+    status = checkpoint.read(prefix)
+    status.assert_existing_objects_matched()
+    status.expect_partial()
+
+
+def _write_pretrained(path, config, checkpoint, extra_files=()):
+    """Writes config + checkpoint (+ extra files) to a temporary sibling directory, then swaps it in."""
+    path = os.path.abspath(os.fspath(path))
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
+    try:
+        config.to_json(os.path.join(staging, CONFIG_FILE))
+        checkpoint.write(os.path.join(staging, CHECKPOINT_PREFIX))
+        if os.path.isdir(path):
+            for name in os.listdir(path):  # keep files we do not write (spiece.model, notes)
+                target = os.path.join(staging, name)
+                if not os.path.exists(target):
+                    shutil.copy2(os.path.join(path, name), target)
+        for source in extra_files:
+            shutil.copy2(source, os.path.join(staging, os.path.basename(source)))
+        backup = None
+        if os.path.exists(path):
+            backup = staging + ".old"
+            os.rename(path, backup)
+        os.rename(staging, path)
+        if backup:
+            shutil.rmtree(backup)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
