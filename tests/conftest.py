@@ -1,0 +1,56 @@
+"""Shared test setup: quiet TensorFlow logs, tiny configs and realistic random inputs."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+def tiny_config(**changes):
+    from xlnet_tf.config import XLNetConfig
+
+    values = dict(n_token=64, d_model=32, n_layer=2, n_head=4, d_head=8, d_inner=48, ff_activation="gelu", untie_r=True)
+    values.update(changes)
+    return XLNetConfig(**values)
+
+
+def permutation_inputs(rng, batch=3, length=12, num_predict=4, vocab=64, pad_lengths=(0, 3, 6), left_pad=True):
+    """Inputs as the pretraining data builds them: padding, two segments, a sampled factorization order.
+
+    perm_mask[b, i, j] = 1 when j is a target that does not come before i in the order (so a target never
+    sees itself); non-targets see each other only. target_mapping picks `num_predict` real targets per row.
+    """
+    input_ids = rng.integers(9, vocab, size=(batch, length)).astype(np.int32)
+    padding = np.ones((batch, length), np.float32)
+    segment = np.zeros((batch, length), np.int32)
+    perm = np.zeros((batch, length, length), np.float32)
+    mapping = np.zeros((batch, num_predict, length), np.float32)
+    for b in range(batch):
+        pad = pad_lengths[b % len(pad_lengths)]
+        real = np.arange(pad, length) if left_pad else np.arange(0, length - pad)
+        padded = np.setdiff1d(np.arange(length), real)
+        padding[b, padded] = 0
+        input_ids[b, padded] = 5  # <pad>
+        segment[b, padded] = 4
+        segment[b, real[len(real) // 2:]] = 1
+        targets = rng.choice(real, size=num_predict, replace=False)
+        order = np.full(length, -1)
+        order[targets] = rng.permutation(num_predict)
+        is_target = np.zeros(length, bool)
+        is_target[targets] = True
+        perm[b] = (is_target[None, :] & (order[None, :] >= order[:, None])).astype(np.float32)
+        mapping[b, np.arange(num_predict), targets] = 1
+    return {
+        "input_ids": input_ids,
+        "segment_ids": segment,
+        "padding_mask": padding,
+        "perm_mask": perm,
+        "target_mapping": mapping,
+    }
