@@ -168,10 +168,7 @@ class XLNetModel(keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        return cls(
-            XLNetConfig.from_dict(config.pop("config")), RunOptions.from_dict(config.pop("run_options")), **config
-        )
+        return _from_config(cls, config)
 
     # -- directories holding xlnet_config.json + a TF2 checkpoint (+ spiece.model) ---------------------------
 
@@ -228,7 +225,9 @@ class XLNetPretrainer(keras.Model):
     def get_config(self):
         return {"name": self.name, "config": self.config.to_dict(), "run_options": self.run_options.to_dict()}
 
-    from_config = XLNetModel.from_config
+    @classmethod
+    def from_config(cls, config):
+        return _from_config(cls, config)
 
     def _checkpoint(self):
         return tf.train.Checkpoint(model=self)
@@ -253,6 +252,11 @@ def permutation_lm_loss(logits, target_ids, target_mask=None):
         return tf.reduce_mean(losses)
     weights = tf.cast(target_mask, losses.dtype)
     return tf.math.divide_no_nan(tf.reduce_sum(losses * weights), tf.reduce_sum(weights))
+
+
+def _from_config(cls, config):
+    config = dict(config)
+    return cls(XLNetConfig.from_dict(config.pop("config")), RunOptions.from_dict(config.pop("run_options")), **config)
 
 
 def _read_config(path):

@@ -39,6 +39,7 @@ def shift_at_positions(scores, positions, qlen, klen):
 
 def _shape(tensor):
     """Static dimensions where known, dynamic ones otherwise."""
+    tensor = tf.convert_to_tensor(tensor)
     dynamic = tf.shape(tensor)
     return [dim if dim is not None else dynamic[i] for i, dim in enumerate(tensor.shape.as_list())]
 
