@@ -1,0 +1,498 @@
+"""XLNet SentencePiece tokenization as TensorFlow graph ops.
+
+The XLNet reference pipeline is ``preprocess_text`` followed by ``encode_pieces`` and ``PieceToId``:
+
+1. whitespace runs are collapsed to one space and the ends stripped (Python ``str.split()`` whitespace);
+2. ````` `` ````` and ``''`` become ``"``;
+3. accents are removed: NFKD, then every character with a non-zero canonical combining class is dropped;
+4. the text is lower-cased (uncased models only), with Python's ``str.lower`` rules (incl. final sigma);
+5. SentencePiece encodes the text; a piece that ends in ``<digit>,`` is re-encoded without the comma
+   (dropping the dummy-prefix ``▁`` when the original piece had none) and ``,`` is appended as a piece;
+6. every piece is looked up with ``PieceToId`` (unknown pieces give ``<unk>``).
+
+Everything here is built from core TensorFlow ops plus TF Text's SentencePiece and ``NormalizeUTF8`` ops,
+so the same code runs eagerly, inside ``tf.function``, inside ``tf.data`` and in an exported SavedModel.
+Steps 1-4 run per character (code point) so that every output character remembers the input character it
+came from; that is what maps token offsets back to the original, unprocessed string. The character
+properties (whitespace, combining class, case mapping, cased / case-ignorable, digits) are tables taken
+from the running Python's ``unicodedata`` / ``str`` and embedded as constants, so graph and reference agree
+and nothing depends on the process locale (``tf.strings.lower`` is not used: it follows the process's ICU
+locale, e.g. Turkish dotless i, and stops at NUL).
+
+Known differences from the Python reference: NFKD is ICU's (``tensorflow_text.normalize_utf8``), so
+characters newer than the Python's Unicode database can decompose differently; TF Text's SentencePiece
+breaks exact Viterbi score ties (runs like ``=====``) as sentencepiece 0.1.99 does, the 0.2.x Python
+package the other way (both segmentations are optimal); invalid UTF-8 bytes are read as U+FFFD.
+
+Public API: ``XLNetTokenizer``, ``preprocess_text``, ``train_spm``.
+"""
+
+import collections
+import functools
+import itertools
+import os
+import unicodedata
+
+import numpy as np
+import sentencepiece as spm
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+SPIECE_UNDERLINE = "\u2581"
+CONTROL_SYMBOLS = ("<cls>", "<sep>", "<pad>", "<mask>", "<eod>")
+USER_DEFINED_SYMBOLS = ("<eop>", ".", "(", ")", '"', "-", "\u2013", "\u00a3", "\u20ac")
+# Ids of the published XLNet vocabulary (spiece.model): spm's <unk>/<s>/</s>, then the control symbols,
+# then the user-defined symbols, in the order given to spm_train.
+SPECIAL_PIECES = ("<unk>", "<s>", "</s>") + CONTROL_SYMBOLS + ("<eop>",)
+
+_Tables = collections.namedtuple(
+    "_Tables", "space combining ignorable cased lower_keys lower_values digit_class")
+_Alignment = collections.namedtuple("_Alignment", "text row_bytes row_base char_pos src_start src_end")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Unicode tables
+
+
+def _ranges(codepoints):
+    """Sorted code points -> int32 arrays ``(lo, hi)`` of the inclusive runs they form."""
+    runs = []
+    for c in codepoints:
+        if runs and runs[-1][1] == c - 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    runs = np.array(runs or [[-1, -1]], dtype=np.int32)
+    return runs[:, 0], runs[:, 1]
+
+
+@functools.lru_cache(maxsize=None)
+def _unicode_tables():
+    """Character properties of this Python's Unicode database, as the reference preprocessing sees them.
+
+    Scans planes 0-3 and 14 (planes 4-13 are unassigned, 15-16 private use: no property applies there).
+    ``ignorable``/``cased`` are the Case_Ignorable / Cased sets that ``str.lower`` uses for final sigma,
+    read back from ``str.lower`` itself; ``cased`` excludes ignorable characters (they are skipped first).
+    """
+    space, combining, ignorable, cased, digits, lower = [], [], [], [], [], []
+    for c in itertools.chain(range(0xD800), range(0xE000, 0x40000), range(0xE0000, 0xF0000)):
+        ch = chr(c)
+        if ch.isspace():
+            space.append(c)
+        if unicodedata.combining(ch):
+            combining.append(c)
+        if ch.isdigit():
+            digits.append(c)
+        low = ch.lower()
+        if low != ch and len(low) == 1:  # only U+0130 maps to two code points; NFKD removed it already
+            lower.append((c, ord(low)))
+        if (ch + "\u03a3").lower()[-1] == "\u03c2":  # a cased, non-ignorable character before a final Σ
+            cased.append(c)
+        elif ("A" + ch + "\u03a3").lower()[-1] == "\u03c2":  # skipped over: case-ignorable
+            ignorable.append(c)
+    lo, hi = _ranges(digits)
+    digit_class = "[" + "".join(f"\\x{{{a:x}}}-\\x{{{b:x}}}" for a, b in zip(lo, hi)) + "]"
+    lower = np.array(lower, dtype=np.int32)
+    return _Tables(_ranges(space), _ranges(combining), _ranges(ignorable), _ranges(cased),
+                   lower[:, 0], lower[:, 1], digit_class)
+
+
+def _in_ranges(codepoints, ranges):
+    """Membership of int32 code points ``[N]`` in inclusive ``(lo, hi)`` runs -> bool ``[N]``."""
+    lo, hi = ranges
+    i = tf.searchsorted(tf.constant(lo), codepoints, side="right") - 1
+    return (i >= 0) & (codepoints <= tf.gather(tf.constant(hi), tf.maximum(i, 0)))
+
+
+def _lower(codepoints, tables):
+    """Python ``str.lower`` per code point (int32 ``[N]``), without the final-sigma context."""
+    keys, values = tf.constant(tables.lower_keys), tf.constant(tables.lower_values)
+    i = tf.minimum(tf.searchsorted(keys, codepoints), tf.size(keys) - 1)
+    return tf.where(tf.gather(keys, i) == codepoints, tf.gather(values, i), codepoints)
+
+
+def _final_sigmas(codepoints, rows, tables):
+    """Which code points (int32 ``[M]``, row ids ``[M]``) are a capital sigma in Final_Sigma context.
+
+    As in CPython: the nearest non-case-ignorable character before it is cased, and the nearest one
+    after it (if any) is not. Returns bool ``[M]``.
+    """
+    solid = ~_in_ranges(codepoints, tables.ignorable)
+    pos = tf.concat([tf.where(solid)[:, 0], [0]], 0)  # positions of non-ignorable chars (+ sentinel)
+    rank = tf.cumsum(tf.cast(solid, tf.int64))  # rank of a non-ignorable char among them, 1-based
+    n_solid = tf.size(pos, out_type=tf.int64) - 1
+    prev, nxt = tf.gather(pos, tf.maximum(rank - 2, 0)), tf.gather(pos, tf.minimum(rank, n_solid))
+    is_cased = _in_ranges(codepoints, tables.cased)
+    prev_cased = (rank >= 2) & tf.gather(is_cased, prev) & (tf.gather(rows, prev) == rows)
+    next_cased = (rank < n_solid) & tf.gather(is_cased, nxt) & (tf.gather(rows, nxt) == rows)
+    return (codepoints == 0x3A3) & prev_cased & ~next_cased
+
+
+# ----------------------------------------------------------------------------------------------------
+# Preprocessing
+
+
+def _preprocess_with_alignment(strings, lower_case):
+    """XLNet ``preprocess_text`` on a batch, remembering where every output character came from.
+
+    Args:
+      strings: string ``[B]``, UTF-8 (invalid bytes are read as U+FFFD).
+      lower_case: Python bool.
+    Returns:
+      ``_Alignment`` with ``text`` string ``[B]`` (the preprocessed text) and, for the ``M`` output code
+      points of the whole batch in order: ``char_pos`` int64 ``[M]`` byte position in the batch's
+      concatenated output, ``src_start``/``src_end`` int64 ``[M]`` byte span in its ORIGINAL row of the
+      input character it came from (extended over dropped non-space characters right after it); plus
+      ``row_bytes``/``row_base`` int64 ``[B]``: byte length of each output row and its position in the
+      concatenation.
+    """
+    tables = _unicode_tables()
+    strings = tf.convert_to_tensor(strings, tf.string)
+    decoded, starts = tf.strings.unicode_decode_with_offsets(strings, "UTF-8", errors="replace")
+    cps, splits = decoded.values, decoded.row_splits
+    rows = decoded.value_rowids()
+    idx = tf.range(tf.size(cps, out_type=tf.int64))
+    row_start, row_limit = tf.gather(splits, rows), tf.gather(splits[1:], rows)
+    first, last = idx == row_start, idx + 1 == row_limit
+    n_bytes = tf.gather(tf.cast(tf.strings.length(strings), tf.int64), rows)
+    src_start = starts.values
+
+    # 1. ' '.join(text.strip().split()): the first char of an inner whitespace run becomes ' ', the rest go.
+    space = _in_ranges(cps, tables.space)
+    solid = tf.cast(~space, tf.int64)
+    solid_through = tf.cumsum(solid)
+    row_offset = tf.gather(solid_through - solid, row_start)
+    solid_through -= row_offset  # non-space chars of the row up to and including this one
+    row_total = tf.gather(solid_through, row_limit - 1)
+    keep_space = space & ~(~first & tf.roll(space, 1, 0)) & (solid_through > 0) & (solid_through < row_total)
+
+    # 2. `` -> " and '' -> ": left-to-right pairs inside each run of the same quote character.
+    quote = (cps == ord("`")) | (cps == ord("'"))
+    same_prev = ~first & (cps == tf.roll(cps, 1, 0))
+    run_first = quote & ~same_prev
+    run_starts = tf.concat([tf.where(run_first)[:, 0], [0]], 0)
+    in_run = idx - tf.gather(run_starts, tf.maximum(tf.cumsum(tf.cast(run_first, tf.int64)) - 1, 0))
+    opens = quote & (in_run % 2 == 0) & tf.roll(same_prev, -1, 0) & ~last
+    closes = quote & (in_run % 2 == 1)
+
+    # 3. NFKD, per character (combining marks are dropped next, so canonical reordering cannot matter).
+    chars = tf_text.normalize_utf8(tf.strings.unicode_encode(cps[:, None], "UTF-8"), "NFKD")
+    chars = tf.where(space, tf.where(keep_space, " ", ""),
+                     tf.where(opens, '"', tf.where(closes, "", chars)))
+    out = tf.strings.unicode_decode(chars, "UTF-8")
+    keep = ~_in_ranges(out.values, tables.combining)
+    out_cps = tf.boolean_mask(out.values, keep)
+    src = tf.boolean_mask(out.value_rowids(), keep)  # input char of each output char
+    out_rows = tf.gather(rows, src)
+
+    # A dropped non-space char (closing quote, separate combining mark) joins the span of the char before
+    # it: each char's span is extended up to the next char that is output or whitespace (or the row end).
+    anchor = space | (tf.math.unsorted_segment_sum(tf.cast(keep, tf.int32), out.value_rowids(),
+                                                   tf.size(cps)) > 0)
+    anchors = tf.concat([tf.where(anchor)[:, 0], [0]], 0)
+    nxt = tf.gather(anchors, tf.cumsum(tf.cast(anchor, tf.int64)))
+    has_next = (nxt > idx) & (nxt < row_limit)
+    src_end = tf.where(has_next, tf.gather(src_start, nxt), n_bytes)
+
+    # 4. str.lower(), with CPython's final-sigma rule.
+    if lower_case:
+        final = _final_sigmas(out_cps, out_rows, tables)
+        out_cps = tf.where(final, 0x3C2, _lower(out_cps, tables))
+
+    nrows = tf.size(strings, out_type=tf.int64)
+    width = tf.cast(1 + tf.cast(out_cps >= 0x80, tf.int32) + tf.cast(out_cps >= 0x800, tf.int32)
+                    + tf.cast(out_cps >= 0x10000, tf.int32), tf.int64)
+    row_bytes = tf.math.unsorted_segment_sum(width, out_rows, nrows)
+    text = tf.strings.unicode_encode(
+        tf.RaggedTensor.from_value_rowids(out_cps, out_rows, nrows=nrows, validate=False), "UTF-8")
+    return _Alignment(text=text, row_bytes=row_bytes, row_base=tf.cumsum(row_bytes, exclusive=True),
+                      char_pos=tf.cumsum(width, exclusive=True),
+                      src_start=tf.gather(src_start, src), src_end=tf.gather(src_end, src))
+
+
+def _as_batch(strings):
+    """-> (string ``[B]``, whether the input was a scalar). Other ranks are rejected."""
+    strings = tf.convert_to_tensor(strings, tf.string)
+    if strings.shape.rank not in (0, 1):
+        raise ValueError(f"Expected a scalar or a vector of strings, got shape {strings.shape}.")
+    return (strings[None], True) if strings.shape.rank == 0 else (strings, False)
+
+
+def preprocess_text(strings, lower_case=False):
+    """XLNet's ``preprocess_text`` as TF ops: string ``[B]`` (or scalar) -> string ``[B]`` (or scalar)."""
+    strings, scalar = _as_batch(strings)
+    text = _preprocess_with_alignment(strings, lower_case).text
+    return text[0] if scalar else text
+
+
+# ----------------------------------------------------------------------------------------------------
+# Tokenizer
+
+
+def _splice(values, where, new_rows):
+    """Replace element ``where[j]`` of ``values [T]`` by the row ``new_rows[j]`` -> ragged ``[T, None]``."""
+    n = tf.size(values, out_type=tf.int64)
+    rows = tf.concat([tf.RaggedTensor.from_tensor(values[:, None]), new_rows], 0)
+    pick = tf.tensor_scatter_nd_update(tf.range(n), where[:, None], n + tf.range(tf.size(where, tf.int64)))
+    return tf.gather(rows, pick)
+
+
+class XLNetTokenizer(tf.Module):
+    """XLNet SentencePiece tokenizer (preprocessing + digit-comma rule) built from TF / TF Text ops.
+
+    ``XLNetTokenizer(model_file, lower_case=False)`` or ``XLNetTokenizer.from_bytes(model_proto, ...)``.
+    It is a ``tf.Module``: attach it to the module you export and the SentencePiece model travels with it.
+    """
+
+    def __init__(self, model_file=None, lower_case=False, *, model_proto=None, name=None):
+        super().__init__(name=name)
+        if (model_file is None) == (model_proto is None):
+            raise ValueError("Pass exactly one of model_file and model_proto.")
+        if model_proto is None:
+            with open(model_file, "rb") as f:
+                model_proto = f.read()
+        self._model_bytes = bytes(model_proto)
+        self._lower_case = bool(lower_case)
+        self._sp = tf_text.SentencepieceTokenizer(model=self._model_bytes, out_type=tf.string)
+        processor = spm.SentencePieceProcessor(model_proto=self._model_bytes)
+        self._vocab_size = processor.get_piece_size()
+        self._special = {piece: processor.piece_to_id(piece) for piece in SPECIAL_PIECES}
+        self._digit_comma = "(?s).*" + _unicode_tables().digit_class + ","
+        self._encode_fn = None
+
+    @classmethod
+    def from_bytes(cls, model_proto, lower_case=False, name=None):
+        """Build from the serialized SentencePiece model (``model_bytes`` of another tokenizer)."""
+        return cls(model_proto=model_proto, lower_case=lower_case, name=name)
+
+    # -- properties ---------------------------------------------------------------------------------
+    model_bytes = property(lambda self: self._model_bytes, doc="Serialized SentencePiece ModelProto.")
+    lower_case = property(lambda self: self._lower_case, doc="Whether input is lower-cased (uncased).")
+    vocab_size = property(lambda self: self._vocab_size, doc="Number of pieces in the vocabulary.")
+    unk_id = property(lambda self: self._special["<unk>"])
+    bos_id = property(lambda self: self._special["<s>"])
+    eos_id = property(lambda self: self._special["</s>"])
+    cls_id = property(lambda self: self._special["<cls>"])
+    sep_id = property(lambda self: self._special["<sep>"])
+    pad_id = property(lambda self: self._special["<pad>"])
+    mask_id = property(lambda self: self._special["<mask>"])
+    eod_id = property(lambda self: self._special["<eod>"])
+    eop_id = property(lambda self: self._special["<eop>"])
+
+    # -- graph code ---------------------------------------------------------------------------------
+    def preprocess(self, strings):
+        """This tokenizer's ``preprocess_text``: string ``[B]`` -> string ``[B]``."""
+        return preprocess_text(strings, self._lower_case)
+
+    def _encode_pieces(self, text):
+        """SentencePiece + XLNet's digit-comma re-split on preprocessed ``text [B]``.
+
+        Returns ragged ``[B, None]`` pieces (string) and start/end byte offsets (int64) into ``text``.
+        """
+        pieces, starts, ends = self._sp.tokenize_with_offsets(text)
+        p, s, e = pieces.values, starts.values, ends.values
+        where = tf.where(tf.strings.regex_full_match(p, self._digit_comma))[:, 0]
+        piece, p_start, p_end = tf.gather(p, where), tf.gather(s, where), tf.gather(e, where)
+        row_text = tf.gather(text, tf.gather(pieces.value_rowids(), where))
+
+        # Re-encode the piece without its comma and without any "▁".
+        n_bytes = tf.strings.length(piece)
+        inner = tf.strings.regex_replace(
+            tf.strings.substr(piece, tf.zeros_like(n_bytes), n_bytes - 1), SPIECE_UNDERLINE, "")
+        sub, sub_start, sub_end = self._sp.tokenize_with_offsets(inner)
+        # If the piece had no leading "▁" but re-encoding added one, strip it (or drop a bare "▁").
+        values, sub_rows = sub.values, sub.value_rowids()
+        is_first = tf.range(tf.size(values, out_type=tf.int64)) == tf.gather(sub.row_splits, sub_rows)
+        had_prefix = tf.strings.substr(piece, 0, 3) == SPIECE_UNDERLINE  # "▁" is 3 bytes
+        fix = (is_first & ~tf.gather(had_prefix, sub_rows)
+               & (tf.strings.substr(values, 0, 3) == SPIECE_UNDERLINE))
+        keep = sub.with_flat_values(~(fix & (values == SPIECE_UNDERLINE)))
+        sub = sub.with_flat_values(
+            tf.where(fix, tf.strings.regex_replace(values, "^" + SPIECE_UNDERLINE, ""), values))
+
+        # Offsets: the piece's text normally sits right before the comma; else use the piece's span.
+        comma = tf.maximum(p_end - 1, 0)
+        inner_len = tf.cast(tf.strings.length(inner), tf.int64)
+        base = comma - inner_len
+        has_comma = tf.strings.substr(row_text, comma, tf.ones_like(comma)) == ","
+        aligned = has_comma & (base >= p_start) & (
+            tf.strings.substr(row_text, tf.maximum(base, 0), inner_len) == inner)
+        digits_end = tf.where(has_comma, comma, p_end)
+        row_aligned, row_base = tf.gather(aligned, sub_rows), tf.gather(base, sub_rows)
+        sub_start = sub.with_flat_values(
+            tf.where(row_aligned, row_base + sub_start.values, tf.gather(p_start, sub_rows)))
+        sub_end = sub.with_flat_values(
+            tf.where(row_aligned, row_base + sub_end.values, tf.gather(digits_end, sub_rows)))
+
+        def with_comma(rows, comma_values):
+            return tf.concat([tf.ragged.boolean_mask(rows, keep),
+                              tf.RaggedTensor.from_tensor(comma_values[:, None])], 1)
+
+        new_pieces = with_comma(sub, tf.fill(tf.shape(piece), ","))
+        new_starts = with_comma(sub_start, tf.where(has_comma, comma, p_start))
+        new_ends = with_comma(sub_end, p_end)
+        return tuple(rt.with_flat_values(_splice(rt.values, where, new)).merge_dims(1, 2)
+                     for rt, new in ((pieces, new_pieces), (starts, new_starts), (ends, new_ends)))
+
+    def _tokenize(self, strings, with_offsets):
+        """Ids (and offsets into ``strings``) for a string ``[B]`` tensor."""
+        align = _preprocess_with_alignment(strings, self._lower_case)
+        pieces, starts, ends = self._encode_pieces(align.text)
+        ids = self._sp.string_to_id(pieces)  # PieceToId, exactly like the reference
+        if not with_offsets:
+            return ids
+        # Token spans never include the whitespace that a leading "▁" stands for.
+        rows = starts.value_rowids()
+        s, e = starts.values, ends.values
+        surface = tf.strings.substr(tf.gather(align.text, rows), s, e - s)
+        s = e - tf.cast(tf.strings.length(tf.strings.regex_replace(surface, "^ +", "")), tf.int64)
+        # Preprocessed byte offset -> output character -> original character's byte span.
+        row_base = tf.gather(align.row_base, rows)
+        at_end = s >= tf.gather(align.row_bytes, rows)  # empty span at the very end of the text
+        k = tf.searchsorted(align.char_pos, row_base + s - tf.cast(at_end, tf.int64),
+                            side="right", out_type=tf.int64) - 1
+        k = tf.maximum(k, 0)
+        orig_start = tf.where(at_end, tf.gather(align.src_end, k), tf.gather(align.src_start, k))
+        k = tf.searchsorted(align.char_pos, row_base + e - 1, side="right", out_type=tf.int64) - 1
+        orig_end = tf.where(e > s, tf.gather(align.src_end, tf.maximum(k, 0)), orig_start)
+        return ids, starts.with_flat_values(orig_start), ends.with_flat_values(orig_end)
+
+    def tokenize(self, strings):
+        """Token ids without special tokens.
+
+        Args:
+          strings: string ``[B]`` (or a scalar), raw text.
+        Returns:
+          int32 ``RaggedTensor [B, None]`` (``[None]`` for a scalar).
+        """
+        strings, scalar = _as_batch(strings)
+        ids = self._tokenize(strings, False)
+        return ids[0] if scalar else ids
+
+    def tokenize_with_offsets(self, strings):
+        """Token ids plus where each token came from in the ORIGINAL (unpreprocessed) string.
+
+        Offsets are UTF-8 BYTE offsets (no character offsets are provided): ``original[start:end]`` is the
+        text a token came from, also across collapsed whitespace, removed accents and ``` `` ``` -> ``"``.
+        Spans exclude the whitespace a leading ``▁`` stands for, so a bare ``▁`` token gets an empty span.
+        Pieces from the digit-comma re-split get spans inside their original piece's span. Characters that
+        expand (e.g. ``ﬁ`` -> ``fi``) cannot be split, so tokens sharing one get overlapping spans.
+
+        Args:
+          strings: string ``[B]`` (or a scalar), raw text.
+        Returns:
+          ``(ids, starts, ends)``: int32 / int64 / int64 ``RaggedTensor [B, None]`` (``[None]`` for scalars).
+        """
+        strings, scalar = _as_batch(strings)
+        out = self._tokenize(strings, True)
+        return tuple(t[0] for t in out) if scalar else out
+
+    def detokenize(self, ids):
+        """int ids ``[B, None]`` (ragged, dense or nested lists) -> string ``[B]``; ``[None]`` -> scalar.
+
+        SentencePiece decoding: gives preprocessed text (accents, case and quotes are not restored);
+        control ids (``<cls>``, ``<sep>``, ``<pad>``, ...) are skipped.
+        """
+        if isinstance(ids, (list, tuple)):
+            ids = tf.ragged.constant(ids, dtype=tf.int32)
+        elif not isinstance(ids, tf.RaggedTensor):
+            ids = tf.convert_to_tensor(ids)
+        return self._sp.detokenize(tf.cast(ids, tf.int32))
+
+    def id_to_piece(self, ids):
+        """Piece strings for ids: a Python int gives a ``str``, a tensor gives a string tensor."""
+        if isinstance(ids, (int, np.integer)):
+            return self._sp.id_to_string(tf.constant(int(ids), tf.int32)).numpy().decode("utf-8")
+        return self._sp.id_to_string(ids)
+
+    # -- Python convenience -------------------------------------------------------------------------
+    def encode(self, texts):
+        """``list[str] -> list[list[int]]`` (one ``str`` gives ``list[int]``), via the ``tokenize`` graph."""
+        if self._encode_fn is None:
+            self._encode_fn = tf.function(
+                self.tokenize, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+        if isinstance(texts, str):
+            return self.encode([texts])[0]
+        texts = list(texts)
+        if not texts:
+            return []
+        return self._encode_fn(tf.constant(texts, tf.string)).to_list()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Training
+
+
+def _check_input_file(path):
+    """Raise if ``path`` is missing or holds no non-whitespace text (reads only up to the first text)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"SentencePiece training input not found: {path}")
+    with open(path, "rb") as f:
+        for line in f:
+            if line.strip():
+                return
+    raise ValueError(f"SentencePiece training input is empty: {path}")
+
+
+def _preprocessed_lines(paths, lower_case, batch_size=1024):
+    """Yield the non-empty preprocessed lines of ``paths``, streamed in batches through the TF graph."""
+    fn = tf.function(lambda x: preprocess_text(x, lower_case),
+                     input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+    batch = []
+    for path in paths:
+        with open(path, "rb") as f:
+            for line in f:
+                batch.append(line)
+                if len(batch) == batch_size:
+                    yield from (t.decode("utf-8") for t in fn(tf.constant(batch)).numpy() if t)
+                    batch = []
+    if batch:
+        yield from (t.decode("utf-8") for t in fn(tf.constant(batch)).numpy() if t)
+
+
+def train_spm(input_files, model_prefix, vocab_size, lower_case=False, *, character_coverage=0.99995,
+              input_sentence_size=10_000_000, num_threads=None, **trainer_kwargs):
+    """Train an XLNet-style SentencePiece unigram model; returns the path of ``PREFIX.model``.
+
+    Each line of the input files (one sentence per line, XLNet's pretraining format) goes through the
+    same preprocessing as ``XLNetTokenizer(..., lower_case)`` (the ``preprocess_text`` graph, in batches),
+    streamed to the trainer. Options follow the XLNet README (``--model_type=unigram
+    --character_coverage=0.99995 --control_symbols=<cls>,<sep>,<pad>,<mask>,<eod>
+    --user_defined_symbols=<eop>,.,(,),",-,–,£,€ --shuffle_input_sentence --input_sentence_size=10000000``),
+    which gives the published XLNet ids: ``<unk>`` 0, ``<s>`` 1, ``</s>`` 2 (spm defaults), control
+    ``<cls>`` 3, ``<sep>`` 4, ``<pad>`` 5, ``<mask>`` 6, ``<eod>`` 7, user-defined ``<eop>`` 8 and
+    ``. ( ) " - – £ €`` 9-16 (checked after training). ``PREFIX.vocab`` is written too.
+
+    Args:
+      input_files: a path or a list of paths to UTF-8 text, one sentence per line.
+      model_prefix: output prefix (``PREFIX.model``, ``PREFIX.vocab``); its folder is created.
+      vocab_size: number of pieces.
+      lower_case: train an uncased model (input lower-cased by the shared preprocessing).
+      num_threads: trainer threads (default: all CPUs).
+      **trainer_kwargs: more ``SentencePieceTrainer.train`` options (override the ones above).
+    Raises:
+      FileNotFoundError / ValueError naming the file, for a missing or empty input file.
+    """
+    paths = [os.fspath(input_files)] if isinstance(input_files, (str, os.PathLike)) else [
+        os.fspath(p) for p in input_files]
+    if not paths:
+        raise ValueError("train_spm needs at least one input file.")
+    for path in paths:
+        _check_input_file(path)
+    model_prefix = os.fspath(model_prefix)
+    if os.path.dirname(model_prefix):
+        os.makedirs(os.path.dirname(model_prefix), exist_ok=True)
+    options = dict(
+        model_type="unigram", vocab_size=vocab_size, character_coverage=character_coverage,
+        control_symbols=list(CONTROL_SYMBOLS), user_defined_symbols=list(USER_DEFINED_SYMBOLS),
+        shuffle_input_sentence=True, input_sentence_size=input_sentence_size,
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, num_threads=num_threads or os.cpu_count() or 1)
+    options.update(trainer_kwargs)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=_preprocessed_lines(paths, lower_case), model_prefix=model_prefix, **options)
+    model_file = model_prefix + ".model"
+    processor = spm.SentencePieceProcessor(model_file=model_file)
+    got = [processor.id_to_piece(i) for i in range(len(SPECIAL_PIECES))]
+    if got != list(SPECIAL_PIECES):
+        raise ValueError(f"{model_file}: special pieces are {got}, expected {list(SPECIAL_PIECES)}")
+    return model_file
