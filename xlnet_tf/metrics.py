@@ -1,0 +1,359 @@
+"""Evaluation metrics for the fine-tuning tasks: GLUE-style classification and regression, SQuAD, RACE.
+
+Pure Python + numpy (no TensorFlow), so evaluation scripts and the CLI stay light.
+
+Conventions:
+  * Classification / regression / RACE scores are fractions in [0, 1] (or [-1, 1] for correlations);
+    the SQuAD scores are percentages, as the official SQuAD evaluation scripts print them.
+  * Inputs are 1-D sequences of equal, non-zero length; anything else raises `UserError` (a `ValueError`).
+  * Undefined values: MCC and F1 are 0.0 when their denominator is zero (as scikit-learn's default);
+    Pearson and Spearman are nan when either side is constant (zero variance) or has fewer than two
+    values (as scipy, which returns nan there).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import re
+import string
+
+import numpy as np
+
+from xlnet_tf.errors import UserError
+
+__all__ = [
+    "accuracy",
+    "f1",
+    "macro_f1",
+    "matthews_corrcoef",
+    "pearson",
+    "spearman",
+    "mse",
+    "classification_metrics",
+    "regression_metrics",
+    "normalize_answer",
+    "exact_match_score",
+    "f1_score",
+    "squad_evaluate",
+    "race_accuracy",
+]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Input checks
+
+
+def _pair(labels, predictions, name_a="labels", name_b="predictions"):
+    a = np.asarray(labels)
+    b = np.asarray(predictions)
+    if a.ndim != 1 or b.ndim != 1:
+        raise UserError(f"{name_a} and {name_b} must be 1-D; got shapes {a.shape} and {b.shape}")
+    if a.shape[0] != b.shape[0]:
+        raise UserError(f"{name_a} and {name_b} differ in length: {a.shape[0]} vs {b.shape[0]}")
+    if a.shape[0] == 0:
+        raise UserError(f"{name_a} and {name_b} are empty")
+    return a, b
+
+
+def _confusion(labels, predictions):
+    """Confusion matrix over the sorted union of classes: rows are true classes, columns predicted ones."""
+    classes, index = np.unique(np.concatenate([labels, predictions]), return_inverse=True)
+    n = labels.shape[0]
+    true_idx, pred_idx = index[:n], index[n:]
+    k = classes.shape[0]
+    matrix = np.zeros((k, k), dtype=np.int64)
+    np.add.at(matrix, (true_idx, pred_idx), 1)
+    return classes, matrix
+
+
+def _f1_from_counts(tp, fp, fn):
+    denom = 2 * tp + fp + fn
+    return 0.0 if denom == 0 else float(2 * tp) / float(denom)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Classification
+
+
+def accuracy(labels, predictions):
+    """Fraction of `predictions` equal to `labels` (two 1-D sequences of class ids or names)."""
+    a, b = _pair(labels, predictions)
+    return float(np.mean(a == b))
+
+
+def f1(labels, predictions, positive=1):
+    """Binary F1 of the `positive` class (as GLUE MRPC / QQP report it): 2TP / (2TP + FP + FN).
+
+    0.0 when the positive class occurs in neither `labels` nor `predictions` (zero denominator).
+    """
+    a, b = _pair(labels, predictions)
+    true_pos = a == positive
+    pred_pos = b == positive
+    tp = int(np.sum(true_pos & pred_pos))
+    fp = int(np.sum(~true_pos & pred_pos))
+    fn = int(np.sum(true_pos & ~pred_pos))
+    return _f1_from_counts(tp, fp, fn)
+
+
+def macro_f1(labels, predictions):
+    """Unweighted mean of the per-class F1 over every class seen in `labels` or `predictions`."""
+    a, b = _pair(labels, predictions)
+    _, matrix = _confusion(a, b)
+    tp = np.diag(matrix)
+    fp = matrix.sum(axis=0) - tp
+    fn = matrix.sum(axis=1) - tp
+    return float(np.mean([_f1_from_counts(int(t), int(p), int(n)) for t, p, n in zip(tp, fp, fn)]))
+
+
+def matthews_corrcoef(labels, predictions):
+    """Matthews correlation coefficient, binary or multi-class (Gorodkin's R_K, the general formula).
+
+    With C the confusion matrix, n samples, c = trace(C), t_k / p_k the true / predicted count of class k:
+        (c*n - sum_k t_k p_k) / sqrt((n^2 - sum_k p_k^2) * (n^2 - sum_k t_k^2)).
+    For two classes this is (TP*TN - FP*FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)).
+    0.0 when the denominator is zero (one side is constant), as scikit-learn.
+    """
+    a, b = _pair(labels, predictions)
+    _, matrix = _confusion(a, b)
+    matrix = matrix.astype(np.float64)
+    n = matrix.sum()
+    correct = np.trace(matrix)
+    t = matrix.sum(axis=1)
+    p = matrix.sum(axis=0)
+    cov_tp = correct * n - float(np.dot(t, p))
+    cov_pp = n * n - float(np.dot(p, p))
+    cov_tt = n * n - float(np.dot(t, t))
+    if cov_pp == 0.0 or cov_tt == 0.0:
+        return 0.0
+    return float(cov_tp / math.sqrt(cov_tt * cov_pp))
+
+
+def classification_metrics(labels, predictions):
+    """Metrics the CLI's `evaluate` prints for a classification task.
+
+    Returns {"accuracy", "macro_f1", "mcc"} plus "f1" (of class 1) when every label and prediction is 0 or 1.
+    """
+    a, b = _pair(labels, predictions)
+    out = {"accuracy": accuracy(a, b)}
+    classes = set(np.unique(np.concatenate([a, b])).tolist())
+    if classes <= {0, 1} and all(not isinstance(c, (str, bytes)) for c in classes):
+        out["f1"] = f1(a, b, positive=1)
+    out["macro_f1"] = macro_f1(a, b)
+    out["mcc"] = matthews_corrcoef(a, b)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Regression
+
+
+def _float_pair(x, y):
+    a, b = _pair(x, y, "x", "y")
+    return a.astype(np.float64), b.astype(np.float64)
+
+
+def _correlation(a, b):
+    if a.shape[0] < 2 or np.all(a == a[0]) or np.all(b == b[0]):
+        return float("nan")
+    da = a - a.mean()
+    db = b - b.mean()
+    r = float(np.dot(da, db) / math.sqrt(float(np.dot(da, da)) * float(np.dot(db, db))))
+    return max(-1.0, min(1.0, r))
+
+
+def _average_ranks(values):
+    """1-based ranks; tied values share the mean of the ranks they span (scipy's rankdata 'average')."""
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    last = np.cumsum(counts).astype(np.float64)  # rank of the last member of each tie group
+    first = last - counts + 1.0  # rank of its first member
+    return ((first + last) / 2.0)[inverse.reshape(-1)]
+
+
+def pearson(x, y):
+    """Pearson correlation of two equal-length 1-D sequences (GLUE STS-B).
+
+    nan when either side is constant or has fewer than two values (the correlation is undefined).
+    """
+    a, b = _float_pair(x, y)
+    return _correlation(a, b)
+
+
+def spearman(x, y):
+    """Spearman rank correlation: Pearson of the ranks, ties given their average rank (as scipy.stats.spearmanr).
+
+    nan when either side is constant or has fewer than two values.
+    """
+    a, b = _float_pair(x, y)
+    return _correlation(_average_ranks(a), _average_ranks(b))
+
+
+def mse(labels, predictions):
+    """Mean squared error between two equal-length 1-D sequences of numbers."""
+    a, b = _float_pair(labels, predictions)
+    return float(np.mean((a - b) ** 2))
+
+
+def regression_metrics(labels, predictions):
+    """Metrics the CLI's `evaluate` prints for a regression task: {"pearson", "spearman", "mse"}."""
+    return {
+        "pearson": pearson(labels, predictions),
+        "spearman": spearman(labels, predictions),
+        "mse": mse(labels, predictions),
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------
+# SQuAD (semantics of the official v1.1 / v2.0 evaluation scripts)
+
+_PUNCTUATION = frozenset(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+
+
+def normalize_answer(s):
+    """Normalize an answer string as the official SQuAD scripts do, in this order: lower-case, drop ASCII
+    punctuation characters, replace the whole words a / an / the by a space, collapse runs of whitespace."""
+    text = s.lower()
+    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _tokens(s):
+    return normalize_answer(s).split() if s else []
+
+
+def exact_match_score(prediction, ground_truth):
+    """1.0 when the normalized prediction equals the normalized ground truth, else 0.0."""
+    return float(normalize_answer(prediction) == normalize_answer(ground_truth))
+
+
+def f1_score(prediction, ground_truth):
+    """Token-level F1 between two answer strings after `normalize_answer` (bag of tokens, with counts).
+
+    As the official v2.0 script: when either side has no tokens, 1.0 if both have none else 0.0.
+    """
+    pred = _tokens(prediction)
+    gold = _tokens(ground_truth)
+    if not pred or not gold:
+        return float(pred == gold)
+    overlap = sum((collections.Counter(pred) & collections.Counter(gold)).values())
+    if overlap == 0:
+        return 0.0
+    precision = overlap / len(pred)
+    recall = overlap / len(gold)
+    return 2.0 * precision * recall / (precision + recall)
+
+
+def _squad_questions(dataset):
+    """(qid, gold answer texts, has_answer) for every question, in file order.
+
+    has_answer follows the official v2.0 script: the question's `answers` list is non-empty (a question marked
+    `is_impossible` counts as unanswerable whatever it lists). Gold answers whose normalized text is empty are
+    dropped; a question left with none is scored against the empty answer "".
+    """
+    if isinstance(dataset, dict) and "data" in dataset:
+        dataset = dataset["data"]
+    out = []
+    for article in dataset:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                answers = [] if qa.get("is_impossible", False) else list(qa.get("answers", []))
+                texts = [a["text"] for a in answers if normalize_answer(a["text"])]
+                out.append((qa["id"], texts or [""], bool(answers)))
+    return out
+
+
+def _best_threshold(question_ids, raw, has_ans, predictions, na_probs, total):
+    """The v2.0 script's sweep: answer the questions whose no-answer probability is <= t, predict "" for the
+    rest; return (best score in percent, the t reaching it first, scanning t upward from 0.0)."""
+    answered = [q for q in question_ids if q in predictions]
+    score = float(sum(1 for q in answered if not has_ans[q]))  # everything predicted "no answer"
+    best, best_thresh = score, 0.0
+    for q in sorted(answered, key=lambda k: na_probs.get(k, 0.0)):
+        if has_ans[q]:
+            score += raw[q]
+        elif predictions[q]:
+            score -= 1.0
+        if score > best:
+            best, best_thresh = score, float(na_probs.get(q, 0.0))
+    return 100.0 * best / total, best_thresh
+
+
+def squad_evaluate(dataset, predictions, na_probs=None, na_prob_thresh=1.0):
+    """Score SQuAD v1.1 / v2.0 predictions as the official evaluation scripts do.
+
+    dataset: the official JSON's `data` list (articles -> paragraphs -> qas with `id`, `answers`
+        [{text, answer_start}], optional `is_impossible`); the whole JSON object is accepted too.
+    predictions: {qid: answer text}; "" means "no answer".
+    na_probs: optional {qid: probability the question is unanswerable}; a question whose probability exceeds
+        `na_prob_thresh` is scored as if "" were predicted. Questions absent from it get 0.0 (the official
+        script's default). When given, the best-threshold search is added.
+
+    Returns a dict of percentages: exact_match, f1, total, missing; HasAns_exact / HasAns_f1 / HasAns_total
+    and NoAns_exact / NoAns_f1 / NoAns_total when such questions exist; best_exact, best_exact_thresh,
+    best_f1, best_f1_thresh when `na_probs` is given. Each question scores the maximum over its gold answers.
+    A question with no prediction scores 0 in every figure (as the v1.1 script) and is counted in `missing`;
+    with none missing, every figure equals the official v2.0 script's.
+    """
+    questions = _squad_questions(dataset)
+    if not questions:
+        raise UserError("the SQuAD dataset has no questions")
+    probs = {} if na_probs is None else dict(na_probs)
+    has_ans = {}
+    raw_em, raw_f1, em, f1s = {}, {}, {}, {}
+    missing = 0
+    for qid, golds, answerable in questions:
+        has_ans[qid] = answerable
+        if qid not in predictions:
+            missing += 1
+            em[qid] = f1s[qid] = 0.0
+            continue
+        pred = predictions[qid]
+        raw_em[qid] = max(exact_match_score(pred, g) for g in golds)
+        raw_f1[qid] = max(f1_score(pred, g) for g in golds)
+        if na_probs is not None and probs.get(qid, 0.0) > na_prob_thresh:
+            em[qid] = f1s[qid] = float(not answerable)
+        else:
+            em[qid], f1s[qid] = raw_em[qid], raw_f1[qid]
+
+    ids = [q for q, _, _ in questions]
+    total = len(ids)
+    result = {
+        "exact_match": 100.0 * sum(em[q] for q in ids) / total,
+        "f1": 100.0 * sum(f1s[q] for q in ids) / total,
+        "total": total,
+        "missing": missing,
+    }
+    for prefix, wanted in (("HasAns", True), ("NoAns", False)):
+        subset = [q for q in ids if has_ans[q] == wanted]
+        if subset:
+            result[f"{prefix}_exact"] = 100.0 * sum(em[q] for q in subset) / len(subset)
+            result[f"{prefix}_f1"] = 100.0 * sum(f1s[q] for q in subset) / len(subset)
+            result[f"{prefix}_total"] = len(subset)
+    if na_probs is not None:
+        result["best_exact"], result["best_exact_thresh"] = _best_threshold(
+            ids, raw_em, has_ans, predictions, probs, total)
+        result["best_f1"], result["best_f1_thresh"] = _best_threshold(
+            ids, raw_f1, has_ans, predictions, probs, total)
+    return result
+
+
+# ----------------------------------------------------------------------------------------------------------
+# RACE / multiple choice
+
+
+def race_accuracy(labels, predictions, levels=None):
+    """Multiple-choice accuracy (fraction). labels / predictions: the chosen option per question (index or
+    letter); levels: optional per-question level ("middle" / "high" in RACE). Returns {"accuracy"} plus one
+    accuracy per distinct level, keyed by the level name, when `levels` is given."""
+    a, b = _pair(labels, predictions)
+    correct = a == b
+    out = {"accuracy": float(np.mean(correct))}
+    if levels is not None:
+        lv = np.asarray(levels)
+        if lv.shape != a.shape:
+            raise UserError(f"levels has shape {lv.shape}; labels have {a.shape}")
+        for level in sorted(set(lv.tolist()), key=str):
+            out[str(level)] = float(np.mean(correct[lv == level]))
+    return out
