@@ -17,9 +17,23 @@ def _convert(args):
     print(f"wrote {args.out}")
 
 
+def _train_spm(args):
+    from xlnet_tf.tokenization import train_spm
+
+    path = train_spm(args.input, args.model_prefix, args.vocab_size, lower_case=args.lower_case)
+    print(f"wrote {path} and {args.model_prefix}.vocab")
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="xlnet-tf", description="XLNet on Keras 3 / TensorFlow 2.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    spm = commands.add_parser("train-spm", help="train a SentencePiece model with XLNet's special ids and rules")
+    spm.add_argument("--input", nargs="+", required=True, metavar="FILE", help="plain-text files, one sentence per line")
+    spm.add_argument("--model-prefix", required=True, metavar="PREFIX", help="writes PREFIX.model and PREFIX.vocab")
+    spm.add_argument("--vocab-size", type=int, required=True, metavar="N")
+    spm.add_argument("--lower-case", action="store_true", help="an uncased model (lower-cases before training)")
+    spm.set_defaults(run=_train_spm)
 
     convert = commands.add_parser(
         "convert", help="convert published TF1 checkpoints or transformers weights to an xlnet-tf directory"
@@ -44,7 +58,7 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         args.run(args)
-    except UserError as error:
+    except (UserError, FileNotFoundError) as error:
         print(f"xlnet-tf {args.command}: error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -196,7 +196,7 @@ class XLNetPretrainer(keras.Model):
     Inputs: those of XLNetModel plus optional `target_ids` [B, P] and `target_mask` [B, P] (1 = real target).
     Returns XLNetModel's outputs plus `logits` [B, P, n_token] (from the query stream when `target_mapping` is
     given, else [B, T, n_token] from the content stream) and, with `target_ids`, `loss`: the cross-entropy
-    averaged over real targets.
+    averaged over real targets, with its parts `loss_sum` and `target_count` (for averaging across replicas).
     """
 
     def __init__(self, config: XLNetConfig, run_options: RunOptions | None = None, **kwargs):
@@ -219,7 +219,8 @@ class XLNetPretrainer(keras.Model):
         logits = tf.cast(logits, tf.float32) + tf.cast(self.lm_bias, tf.float32)
         outputs["logits"] = logits
         if inputs.get("target_ids") is not None:
-            outputs["loss"] = permutation_lm_loss(logits, inputs["target_ids"], inputs.get("target_mask"))
+            loss_sum, count = masked_cross_entropy(logits, inputs["target_ids"], inputs.get("target_mask"))
+            outputs.update(loss=tf.math.divide_no_nan(loss_sum, count), loss_sum=loss_sum, target_count=count)
         return outputs
 
     def get_config(self):
@@ -245,13 +246,12 @@ class XLNetPretrainer(keras.Model):
         return model
 
 
-def permutation_lm_loss(logits, target_ids, target_mask=None):
-    """Mean cross-entropy over real targets: logits [B, P, V] float32, target_ids [B, P], target_mask [B, P]."""
+def masked_cross_entropy(logits, target_ids, target_mask=None):
+    """(sum of cross-entropies over real targets, number of real targets) for logits [B, P, V] float32,
+    target_ids [B, P] and target_mask [B, P] (1 = real target; all real when None)."""
     losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(target_ids, tf.int32), logits=logits)
-    if target_mask is None:
-        return tf.reduce_mean(losses)
-    weights = tf.cast(target_mask, losses.dtype)
-    return tf.math.divide_no_nan(tf.reduce_sum(losses * weights), tf.reduce_sum(weights))
+    weights = tf.ones_like(losses) if target_mask is None else tf.cast(target_mask, losses.dtype)
+    return tf.reduce_sum(losses * weights), tf.reduce_sum(weights)
 
 
 def _from_config(cls, config):
@@ -266,10 +266,21 @@ def _read_config(path):
     return XLNetConfig.from_json(os.path.join(path, CONFIG_FILE))
 
 
+def checkpoint_prefix(path):
+    """The checkpoint a pretrained directory holds: `model.ckpt`, else the latest training checkpoint in
+    `checkpoints/` (a model directory written by `xlnet-tf pretrain` or `finetune`)."""
+    path = os.fspath(path)
+    prefix = os.path.join(path, CHECKPOINT_PREFIX)
+    if tf.io.gfile.exists(prefix + ".index"):
+        return prefix
+    latest = tf.train.latest_checkpoint(os.path.join(path, "checkpoints"))
+    if latest is None:
+        raise ConfigError(f"{path}: no checkpoint ({CHECKPOINT_PREFIX}.index or checkpoints/)")
+    return latest
+
+
 def _restore(path, checkpoint, require_lm_head):
-    prefix = os.path.join(os.fspath(path), CHECKPOINT_PREFIX)
-    if not tf.io.gfile.exists(prefix + ".index"):
-        raise ConfigError(f"{path}: no checkpoint {CHECKPOINT_PREFIX}.index")
+    prefix = checkpoint_prefix(path)
     if require_lm_head:
         names = {name for name, _ in tf.train.list_variables(prefix)}
         if not any(name.startswith("model/lm_bias") for name in names):

@@ -38,6 +38,8 @@ import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from xlnet_tf.errors import UserError
+
 SPIECE_UNDERLINE = "\u2581"
 CONTROL_SYMBOLS = ("<cls>", "<sep>", "<pad>", "<mask>", "<eod>")
 USER_DEFINED_SYMBOLS = ("<eop>", ".", "(", ")", '"', "-", "\u2013", "\u00a3", "\u20ac")
@@ -431,7 +433,7 @@ def _check_input_file(path):
         for line in f:
             if line.strip():
                 return
-    raise ValueError(f"SentencePiece training input is empty: {path}")
+    raise UserError(f"SentencePiece training input is empty: {path}")
 
 
 def _preprocessed_lines(paths, lower_case, batch_size=1024):
@@ -476,7 +478,7 @@ def train_spm(input_files, model_prefix, vocab_size, lower_case=False, *, charac
     paths = [os.fspath(input_files)] if isinstance(input_files, (str, os.PathLike)) else [
         os.fspath(p) for p in input_files]
     if not paths:
-        raise ValueError("train_spm needs at least one input file.")
+        raise UserError("train_spm needs at least one input file (--input).")
     for path in paths:
         _check_input_file(path)
     model_prefix = os.fspath(model_prefix)

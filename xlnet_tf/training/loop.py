@@ -1,0 +1,313 @@
+"""The one custom training loop (pretraining and fine-tuning) on any tf.distribute strategy.
+
+One `tf.function` runs `steps_per_loop` optimizer steps per host call, as TPU training does. Each step reads
+`grad_accum_steps` per-replica batches, carries Transformer-XL memory from batch to batch, all-reduces the
+gradients, clips them by their global norm and applies AdamW. Checkpoints (model, optimizer, step, memory)
+are written every `save_every` steps, on exit and on SIGTERM; rerunning resumes where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from xlnet_tf.errors import UserError
+from xlnet_tf.training import strategies
+from xlnet_tf.training.optimization import WarmupLinearDecay, XLNetAdamW, layer_decay_multiplier
+from xlnet_tf.training.summaries import TrainingLog
+
+log = logging.getLogger(__name__)
+CHECKPOINT_DIR = "checkpoints"
+
+
+class TrainingDiverged(UserError):
+    """The loss or the gradients became NaN or Inf; the last good checkpoint is kept."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingOptions:
+    """Options of one training run (the loop's share of the run options).
+
+    batch_size: global batch (all replicas) per micro-batch; grad_accum_steps micro-batches make one step.
+    learning_rate: peak rate of a linear warm-up over `warmup_steps`, then linear decay to
+    `end_lr_ratio * learning_rate` at `train_steps`. layer_decay: layer-wise learning-rate decay (1 = off).
+    clip_norm: gradients are clipped by this global norm (0 = off). save_every: checkpoint period in steps.
+    """
+
+    train_steps: int
+    batch_size: int
+    learning_rate: float = 1e-4
+    warmup_steps: int = 0
+    end_lr_ratio: float = 0.0
+    weight_decay: float = 0.01
+    adam_epsilon: float = 1e-6
+    clip_norm: float = 1.0
+    layer_decay: float = 1.0
+    grad_accum_steps: int = 1
+    steps_per_loop: int = 10
+    save_every: int = 1000
+    keep_checkpoints: int = 5
+    jit_compile: bool = False
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("train_steps", "batch_size", "grad_accum_steps", "steps_per_loop", "save_every",
+                     "keep_checkpoints"):
+            if int(getattr(self, name)) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise UserError(f"--learning-rate must be > 0, got {self.learning_rate}")
+        if not 0 < self.layer_decay <= 1:
+            raise UserError(f"--layer-decay must be in (0, 1], got {self.layer_decay}")
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+class Trainer:
+    """Trains `build_model()` (built under the strategy's scope) on `dataset_fn(input_context, start_batch)`.
+
+    build_model: returns a keras.Model taking a batch dict (and `mems=` when its run options have mem_len > 0)
+    and returning a dict of outputs. loss_fn(outputs, batch) -> (sum of per-example losses, their weight) on
+    one replica; the loop divides by the weight summed over replicas, so the loss is the same whatever the
+    number of replicas. dataset_fn returns per-replica batches (`input_context.get_per_replica_batch_size`)
+    and must be deterministic given `start_batch`: the data a resumed run sees.
+    """
+
+    def __init__(self, strategy, build_model, loss_fn, dataset_fn, options: TrainingOptions, model_dir,
+                 tokens_per_example=None):
+        self.strategy = strategy
+        self.loss_fn = loss_fn
+        self.dataset_fn = dataset_fn
+        self.options = options
+        self.model_dir = os.fspath(model_dir)
+        self.tokens_per_example = tokens_per_example
+        replicas = strategy.num_replicas_in_sync
+        if options.batch_size % replicas:
+            raise UserError(f"--batch-size {options.batch_size} must be divisible by the {replicas} replicas")
+        self.per_replica_batch = options.batch_size // replicas
+        self.chief = strategies.is_chief(strategy)
+        with strategy.scope():
+            self.model = build_model()
+            config = getattr(self.model, "config", None)
+            n_layer = getattr(config, "n_layer", 0)
+            multiplier = None
+            if options.layer_decay != 1.0:
+                def multiplier(path):
+                    return layer_decay_multiplier(path, n_layer, options.layer_decay)
+            self.schedule = WarmupLinearDecay(
+                options.learning_rate, options.warmup_steps, options.train_steps, options.end_lr_ratio
+            )
+            self.optimizer = XLNetAdamW(
+                learning_rate=self.schedule, weight_decay=options.weight_decay, epsilon=options.adam_epsilon,
+                lr_multiplier=multiplier,
+            )
+            self.optimizer.build(self.model.trainable_variables)
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        run_options = getattr(self.model, "run_options", None)
+        self.mem_len = getattr(run_options, "mem_len", 0)
+        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step)
+        directory = self.model_dir if self.chief else tempfile.mkdtemp(prefix="xlnet-tf-worker-")
+        self._scratch = None if self.chief else directory
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, os.path.join(directory, CHECKPOINT_DIR), max_to_keep=options.keep_checkpoints,
+            step_counter=self.step, checkpoint_name="ckpt",
+        )
+        self._stop_signal = None
+        self._train_loop = self._build_train_loop()
+
+    # -- the compiled step ----------------------------------------------------------------------------------
+
+    def _build_train_loop(self):
+        strategy, model, optimizer, options = self.strategy, self.model, self.optimizer, self.options
+        variables = model.trainable_variables
+        accumulate = options.grad_accum_steps
+        replicas = strategy.num_replicas_in_sync
+        use_mems = self.mem_len > 0
+
+        def forward_backward(batch, mems):
+            context = tf.distribute.get_replica_context()
+            with tf.GradientTape() as tape:
+                outputs = model(batch, mems=mems if use_mems else None, training=True)
+                loss_sum, weight = self.loss_fn(outputs, batch)
+                total_weight = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(weight, tf.float32))
+                loss = tf.math.divide_no_nan(tf.cast(loss_sum, tf.float32), total_weight) / accumulate
+            grads = tape.gradient(loss, variables)
+            new_mems = outputs["new_mems"] if use_mems else mems
+            return loss, grads, new_mems
+
+        if options.jit_compile:
+            forward_backward = tf.function(forward_backward, jit_compile=True)
+
+        def apply_gradients(grads):
+            context = tf.distribute.get_replica_context()
+            grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)  # the exact global gradient
+            if options.clip_norm > 0:
+                grads, norm = tf.clip_by_global_norm(grads, options.clip_norm)
+            else:
+                norm = tf.linalg.global_norm(grads)
+            # keras' optimizer all-reduces (sums) once more across replicas: hand it each replica's share.
+            optimizer.apply([g / replicas for g in grads], variables)
+            return norm
+
+        def add(a, b):
+            return [x + y for x, y in zip(a, b)]
+
+        @tf.function
+        def train_loop(iterator, mems, num_steps):
+            loss_total = tf.constant(0.0)
+            norm = tf.constant(0.0)
+            finite = tf.constant(True)
+            for _ in tf.range(num_steps):
+                grads, step_loss = None, tf.constant(0.0)
+                for _ in range(accumulate):
+                    loss, micro_grads, mems = strategy.run(forward_backward, args=(next(iterator), mems))
+                    grads = micro_grads if grads is None else strategy.run(add, args=(grads, micro_grads))
+                    step_loss += strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
+                norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, strategy.run(apply_gradients, args=(grads,)),
+                                       axis=None)
+                self.step.assign_add(1)
+                finite = tf.logical_and(finite, tf.logical_and(tf.math.is_finite(step_loss), tf.math.is_finite(norm)))
+                loss_total += step_loss
+            return loss_total / tf.cast(num_steps, tf.float32), norm, finite, mems
+
+        return train_loop
+
+    # -- memory ---------------------------------------------------------------------------------------------
+
+    def _memory_shape(self):
+        config = self.model.config
+        return [self.per_replica_batch, self.mem_len, config.d_model]
+
+    def _initial_mems(self, saved):
+        """Per-replica memory: zeros at the start (as the original), or what a checkpoint saved."""
+        if not self.mem_len:
+            return []
+        dtype = self.model.compute_dtype
+        n_layer = self.model.config.n_layer
+        local = self.strategy.extended.worker_devices
+        if saved is None:
+            return self.strategy.run(lambda: [tf.zeros(self._memory_shape(), dtype) for _ in range(n_layer)])
+
+        def value_fn(context):
+            index = context.replica_id_in_sync_group % len(local)
+            return [tf.constant(saved[layer, index], dtype) for layer in range(n_layer)]
+
+        return self.strategy.experimental_distribute_values_from_function(value_fn)
+
+    def _mems_file(self, step):
+        return os.path.join(self.model_dir, CHECKPOINT_DIR, f"mems-{step}-worker{strategies.worker_id(self.strategy)}.npy")
+
+    def _save(self, mems):
+        step = int(self.step.numpy())
+        if self.mem_len:
+            per_layer = [np.stack([np.asarray(t, np.float32) for t in self.strategy.experimental_local_results(m)])
+                         for m in mems]
+            path = self._mems_file(step)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path + ".tmp", "wb") as f:
+                np.save(f, np.stack(per_layer))
+            os.replace(path + ".tmp", path)
+        saved = self.manager.save(checkpoint_number=step)
+        if self.mem_len:  # drop memory files of checkpoints the manager no longer keeps
+            kept = {int(p.rsplit("-", 1)[1]) for p in self.manager.checkpoints}
+            folder = os.path.dirname(self._mems_file(step))
+            for name in os.listdir(folder):
+                if name.startswith("mems-") and int(name.split("-")[1]) not in kept:
+                    os.remove(os.path.join(folder, name))
+        return saved
+
+    # -- the host loop --------------------------------------------------------------------------------------
+
+    def _restore(self):
+        latest = tf.train.latest_checkpoint(os.path.join(self.model_dir, CHECKPOINT_DIR))
+        if latest is None:
+            return None
+        self.checkpoint.read(latest).assert_existing_objects_matched()
+        step = int(self.step.numpy())
+        log.info("resuming from %s (step %d)", latest, step)
+        if self.mem_len and os.path.exists(self._mems_file(step)):
+            return np.load(self._mems_file(step))
+        if self.mem_len:
+            log.warning("no saved memory for step %d: starting the memory from zeros", step)
+        return None
+
+    def _on_signal(self, signum, frame):
+        self._stop_signal = signum
+        log.warning("received signal %d: saving a checkpoint after the current steps", signum)
+
+    def train(self):
+        """Runs until `train_steps`; returns the list of logged records (step, loss, lr, grad_norm, ...)."""
+        options = self.options
+        saved_mems = self._restore()
+        start = int(self.step.numpy())
+        if start >= options.train_steps:
+            log.info("already trained %d steps (--train-steps %d): nothing to do", start, options.train_steps)
+            return []
+        start_batch = start * options.grad_accum_steps
+        dataset = self.strategy.distribute_datasets_from_function(lambda ctx: self.dataset_fn(ctx, start_batch))
+        iterator = iter(dataset)
+        mems = self._initial_mems(saved_mems)
+        summary = TrainingLog(self.model_dir, enabled=self.chief, total_steps=options.train_steps, initial=start)
+        previous = signal.signal(signal.SIGTERM, self._on_signal) if _main_thread() else None
+        step = start
+        records = []
+        try:
+            while step < options.train_steps and self._stop_signal is None:
+                count = min(options.steps_per_loop, options.train_steps - step,
+                            options.save_every - step % options.save_every)
+                began = time.perf_counter()
+                loss, norm, finite, mems = self._train_loop(iterator, mems, tf.constant(count))
+                loss = float(loss)
+                elapsed = time.perf_counter() - began
+                if not bool(finite):
+                    latest = self.manager.latest_checkpoint or "none yet"
+                    raise TrainingDiverged(
+                        f"NaN or Inf in the loss or gradients between steps {step + 1} and {step + count}; "
+                        f"stopped without saving; the last good checkpoint is kept: {latest}"
+                    )
+                step = int(self.step.numpy())
+                examples = count * options.batch_size * options.grad_accum_steps
+                record = {
+                    "step": step, "loss": loss, "learning_rate": float(self.schedule(step - 1)),
+                    "grad_norm": float(norm), "examples_per_sec": examples / elapsed,
+                }
+                if self.tokens_per_example:
+                    record["tokens_per_sec"] = examples * self.tokens_per_example / elapsed
+                records.append(record)
+                summary.write(record)
+                if step % options.save_every == 0 or step >= options.train_steps:
+                    self._save(mems)
+            if self._stop_signal is not None:
+                self._save(mems)
+                log.warning("stopped by signal %d at step %d; rerun the same command to resume", self._stop_signal, step)
+        except KeyboardInterrupt:
+            self._save(mems)
+            raise
+        finally:
+            summary.close()
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            if self._scratch:
+                shutil.rmtree(self._scratch, ignore_errors=True)
+        self.mems = mems
+        return records
+
+    @property
+    def stopped_by_signal(self):
+        return self._stop_signal is not None
+
+
+def _main_thread():
+    import threading
+
+    return threading.current_thread() is threading.main_thread() and sys.platform != "win32"

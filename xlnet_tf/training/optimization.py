@@ -1,0 +1,93 @@
+"""AdamW with XLNet's choices: decoupled weight decay except on LayerNorm and biases, epsilon 1e-6, a linear
+warm-up then linear decay, and optional layer-wise learning-rate decay applied to learning rates."""
+
+from __future__ import annotations
+
+import re
+
+import keras
+import tensorflow as tf
+
+NO_WEIGHT_DECAY = ("layer_norm", "bias")  # matched against variable paths (r_w_bias, lm_bias, ... included)
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """lr(step) = peak * step / warmup for step < warmup, then linear decay to `end_ratio * peak` at total_steps."""
+
+    def __init__(self, peak, warmup_steps, total_steps, end_ratio=0.0):
+        self.peak = float(peak)
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = int(total_steps)
+        self.end_ratio = float(end_ratio)
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        warmup = tf.cast(self.warmup_steps, tf.float32)
+        total = tf.cast(max(self.total_steps, self.warmup_steps + 1), tf.float32)
+        warm = self.peak * step / tf.maximum(warmup, 1.0)
+        progress = tf.clip_by_value((step - warmup) / (total - warmup), 0.0, 1.0)
+        decay = self.peak * (1.0 - (1.0 - self.end_ratio) * progress)
+        return tf.where(step < warmup, warm, decay)
+
+    def get_config(self):
+        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps,
+                "end_ratio": self.end_ratio}
+
+
+def layer_of(path, n_layer):
+    """Depth of a variable for layer-wise decay: 0 for embeddings (and anything before the blocks), m + 1 for
+    block `layer_m`, n_layer + 1 for heads above the encoder."""
+    match = re.search(r"(?:^|/)layer_(\d+)/", path)
+    if match:
+        return int(match.group(1)) + 1
+    if "transformer/" in path or path.startswith(("word_embedding", "mask_emb", "r_", "seg_embed")):
+        return 0
+    return n_layer + 1
+
+
+def layer_decay_multiplier(path, n_layer, decay):
+    """Learning-rate factor for layer-wise decay: block m (1-based, m = n_layer at the top) gets
+    decay^(n_layer - m), the embeddings decay^n_layer (the lowest) and the heads above the encoder 1."""
+    return float(decay) ** (n_layer - min(layer_of(path, n_layer), n_layer))
+
+
+class XLNetAdamW(keras.optimizers.AdamW):
+    """keras AdamW whose weight decay skips LayerNorm and biases (by variable path) and whose learning rate,
+    the decoupled weight-decay step included, is multiplied per variable by `lr_multiplier(path)`."""
+
+    def __init__(self, *args, lr_multiplier=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lr_multiplier = lr_multiplier
+        self._factors = {}
+        self._decayed = {}
+
+    def build(self, variables):
+        super().build(variables)
+        for variable in variables:
+            key = self._var_key(variable)
+            self._factors[key] = 1.0 if self.lr_multiplier is None else float(self.lr_multiplier(variable.path))
+            self._decayed[key] = not any(name in variable.path for name in NO_WEIGHT_DECAY)
+
+    def factor(self, variable):
+        """The learning-rate multiplier this optimizer applies to `variable`."""
+        return self._factors.get(self._var_key(variable), 1.0)
+
+    def update_step(self, gradient, variable, learning_rate):
+        return super().update_step(gradient, variable, learning_rate * self.factor(variable))
+
+    def _apply_weight_decay(self, variables):
+        if self.weight_decay is None:
+            return
+        decayed = [(v.value if isinstance(v, keras.Variable) else v, self.factor(v))
+                   for v in variables if self._decayed.get(self._var_key(v), False)]
+
+        def apply(distribution):
+            for variable, factor in decayed:
+                def decay(var, factor=factor):
+                    rate = tf.cast(self.learning_rate, var.dtype) * factor * tf.cast(self.weight_decay, var.dtype)
+                    var.assign_sub(var * rate)
+
+                distribution.extended.update(variable, decay, group=False)
+
+        tf.__internal__.distribute.interim.maybe_merge_call(apply, self._distribution_strategy)

@@ -1,0 +1,98 @@
+"""What a training run shows: a progress bar (or log lines off a terminal), TensorBoard scalars, a JSONL log
+and a PNG of the training curves, all under the model directory."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+
+import tensorflow as tf
+
+log = logging.getLogger(__name__)
+LOG_FILE = "train_log.jsonl"
+CURVE_FILE = "training_curve.png"
+
+
+class TrainingLog:
+    """Receives one record per host call: {"step", "loss", "learning_rate", "grad_norm", ...}."""
+
+    def __init__(self, model_dir, enabled=True, total_steps=None, initial=0, name="train"):
+        self.model_dir = os.fspath(model_dir)
+        self.enabled = enabled
+        self.bar = None
+        self.writer = None
+        if not enabled:
+            return
+        os.makedirs(self.model_dir, exist_ok=True)
+        self.writer = tf.summary.create_file_writer(os.path.join(self.model_dir, name))
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total_steps, initial=initial, unit="step", dynamic_ncols=True)
+        self.total_steps = total_steps
+
+    def write(self, record):
+        if not self.enabled:
+            return
+        step = record["step"]
+        with self.writer.as_default(step=step):
+            for key, value in record.items():
+                if key != "step":
+                    tf.summary.scalar(key, value)
+        with open(os.path.join(self.model_dir, LOG_FILE), "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        speed = record.get("tokens_per_sec")
+        text = f"loss {record['loss']:.4f} lr {record['learning_rate']:.2e} |g| {record['grad_norm']:.2f}"
+        if speed:
+            text += f" {speed:,.0f} tok/s"
+        if self.bar is not None:
+            self.bar.update(step - self.bar.n)
+            self.bar.set_postfix_str(text)
+        else:
+            log.info("step %d/%s %s", step, self.total_steps, text)
+
+    def close(self):
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.close()
+        self.writer.flush()
+        plot_training_curves(os.path.join(self.model_dir, LOG_FILE), os.path.join(self.model_dir, CURVE_FILE))
+
+
+def read_log(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot_training_curves(log_path, png_path, title="training"):
+    """Loss and learning rate against steps, from a JSONL training log, as a PNG (returns its path or None)."""
+    records = read_log(log_path)
+    if not records:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r["step"] for r in records]
+    fig, (loss_ax, lr_ax) = plt.subplots(1, 2, figsize=(10, 3.5))
+    loss_ax.plot(steps, [r["loss"] for r in records], marker=".")
+    loss_ax.set_xlabel("step")
+    loss_ax.set_ylabel("loss")
+    loss_ax.set_title(f"{title} loss")
+    loss_ax.grid(alpha=0.3)
+    lr_ax.plot(steps, [r["learning_rate"] for r in records], color="tab:orange")
+    lr_ax.set_xlabel("step")
+    lr_ax.set_ylabel("learning rate")
+    lr_ax.grid(alpha=0.3)
+    fig.tight_layout()
+    tmp = png_path + ".tmp.png"
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, png_path)
+    return png_path
