@@ -6,6 +6,8 @@ import argparse
 import logging
 import sys
 
+from xlnet_tf.errors import UserError
+
 
 def _convert(args):
     from xlnet_tf import convert
@@ -24,6 +26,82 @@ def _train_spm(args):
     print(f"wrote {path} and {args.model_prefix}.vocab")
 
 
+def _training_options(args, **extra):
+    from xlnet_tf.training.loop import TrainingOptions
+
+    return TrainingOptions(
+        train_steps=args.train_steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
+        warmup_steps=args.warmup_steps, weight_decay=args.weight_decay, clip_norm=args.clip_norm,
+        grad_accum_steps=args.grad_accum_steps, steps_per_loop=args.steps_per_loop, save_every=args.save_every,
+        keep_checkpoints=args.keep_checkpoints, jit_compile=args.jit_compile, seed=args.seed, **extra,
+    )
+
+
+def _start_run(args):
+    """Strategy first (logical CPU devices must be set before TensorFlow initialises them), then seeds."""
+    from xlnet_tf.training.strategies import make_strategy
+
+    strategy = make_strategy(args.strategy, tpu=args.tpu, cpu_devices=args.cpu_devices)
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(args.seed)
+    if args.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    return strategy
+
+
+def _pretrain(args):
+    from xlnet_tf.config import RunOptions
+    from xlnet_tf.data.pretraining import load_metadata
+    from xlnet_tf.training.pretrain import PretrainingSetup, resolve_config, run_pretraining
+
+    strategy = _start_run(args)
+    metadata = load_metadata(args.data_dir)
+    if args.seq_len is not None and args.seq_len != metadata["seq_len"]:
+        raise UserError(f"--seq-len {args.seq_len} differs from the data's seq_len {metadata['seq_len']} "
+                        f"({args.data_dir}/metadata.json)")
+    config = resolve_config(args.config, args.model_size, metadata["vocab_size"])
+    run_options = RunOptions(
+        dropout=args.dropout, dropatt=args.dropatt,
+        mem_len=metadata["reuse_len"] if args.mem_len is None else args.mem_len,
+        reuse_len=metadata["reuse_len"], bi_data=bool(metadata.get("bi_data")), clamp_len=args.clamp_len,
+    )
+    num_predict = args.num_predict or max(1, round(metadata["seq_len"] / 6))
+    setup = PretrainingSetup(args.data_dir, args.model_dir, config, run_options, num_predict, args.objective,
+                             args.mixed_precision)
+    trainer, records = run_pretraining(setup, _training_options(args), strategy)
+    if records:
+        print(f"pretrained to step {records[-1]['step']}: loss {records[0]['loss']:.4f} -> {records[-1]['loss']:.4f}; "
+              f"model directory {args.model_dir}")
+    if trainer.stopped_by_signal:
+        return 143
+    return 0
+
+
+def _add_training_flags(parser, steps_required=True):
+    parser.add_argument("--model-dir", required=True, help="checkpoints, logs and the trained model go here")
+    parser.add_argument("--train-steps", type=int, required=steps_required, help="optimizer steps in all")
+    parser.add_argument("--batch-size", type=int, default=32, help="global batch (all replicas), per micro-batch")
+    parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--warmup-steps", type=int, default=0)
+    parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--clip-norm", type=float, default=1.0, help="clip gradients by this global norm (0 = off)")
+    parser.add_argument("--grad-accum-steps", type=int, default=1, help="micro-batches per optimizer step")
+    parser.add_argument("--steps-per-loop", type=int, default=10, help="optimizer steps per host call")
+    parser.add_argument("--save-every", type=int, default=1000, help="checkpoint every this many steps")
+    parser.add_argument("--keep-checkpoints", type=int, default=5)
+    parser.add_argument("--strategy", default="auto", choices=["auto", "one_device", "mirrored", "multi_worker", "tpu"])
+    parser.add_argument("--tpu", help="TPU name or grpc:// address (with --strategy tpu or auto)")
+    parser.add_argument("--cpu-devices", type=int, default=2, help="logical CPU devices for --strategy mirrored without GPUs")
+    parser.add_argument("--mixed-precision", choices=["bfloat16"], help="bfloat16 compute, float32 weights")
+    parser.add_argument("--jit-compile", action="store_true", help="compile the forward/backward pass with XLA")
+    parser.add_argument("--deterministic", action="store_true", help="deterministic TensorFlow ops")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--dropatt", type=float, default=0.1)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="xlnet-tf", description="XLNet on Keras 3 / TensorFlow 2.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -34,6 +112,19 @@ def build_parser():
     spm.add_argument("--vocab-size", type=int, required=True, metavar="N")
     spm.add_argument("--lower-case", action="store_true", help="an uncased model (lower-cases before training)")
     spm.set_defaults(run=_train_spm)
+
+    pretrain = commands.add_parser("pretrain", help="permutation-LM pretraining on tf.distribute")
+    pretrain.add_argument("--data-dir", required=True, help="output of create-pretraining-data")
+    size = pretrain.add_mutually_exclusive_group(required=True)
+    size.add_argument("--config", help="xlnet_config.json (the architecture)")
+    size.add_argument("--model-size", choices=["tiny", "base", "large"])
+    _add_training_flags(pretrain)
+    pretrain.add_argument("--seq-len", type=int, help="must equal the data's (checked)")
+    pretrain.add_argument("--mem-len", type=int, help="memory length (default: the data's reuse_len)")
+    pretrain.add_argument("--num-predict", type=int, help="targets per sequence (default: seq_len / 6)")
+    pretrain.add_argument("--clamp-len", type=int, default=-1)
+    pretrain.add_argument("--objective", choices=["plm", "mlm"], default="plm")
+    pretrain.set_defaults(run=_pretrain)
 
     convert = commands.add_parser(
         "convert", help="convert published TF1 checkpoints or transformers weights to an xlnet-tf directory"
@@ -52,16 +143,13 @@ def build_parser():
 
 
 def main(argv=None):
-    from xlnet_tf.errors import UserError
-
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        args.run(args)
+        return args.run(args) or 0
     except (UserError, FileNotFoundError) as error:
         print(f"xlnet-tf {args.command}: error: {error}", file=sys.stderr)
         return 2
-    return 0
 
 
 if __name__ == "__main__":
