@@ -1,0 +1,264 @@
+"""Fine-tuning heads over XLNetModel, as the original: sequence summary, classification / regression, the
+SQuAD span head with answerability, and multiple choice (RACE). Each is a keras.Model whose encoder is
+`self.transformer`, so encoder weights load from any pretrained directory.
+
+Inputs are the encoder's (`input_ids`, `segment_ids`, `padding_mask`) plus, for SQuAD, `p_mask` [B, T]
+(1 = cannot be in an answer) and `cls_index` [B]; multiple choice takes [B, C, T] inputs.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from xlnet_tf.config import RunOptions, XLNetConfig
+from xlnet_tf.model import XLNetModel, _from_config, _read_config, _restore, _write_pretrained
+
+ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask")
+MASKED = -1e30  # the original's masking constant; logits are float32
+
+
+class Dense(keras.layers.Layer):
+    """x [..., d_in] -> [..., units], kernel [d_in, units] (+ bias), optional tanh; float32 or compute dtype."""
+
+    def __init__(self, d_in, units, use_bias=True, activation=None, initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.d_in, self.units, self.use_bias, self.activation = d_in, units, use_bias, activation
+        self.initializer_range = initializer_range
+
+    def build(self, input_shape=None):
+        init = keras.initializers.RandomNormal(stddev=self.initializer_range)
+        self.kernel = self.add_weight(name="kernel", shape=(self.d_in, self.units), initializer=init)
+        self.bias = self.add_weight(name="bias", shape=(self.units,), initializer="zeros") if self.use_bias else None
+        self.built = True
+
+    def call(self, x):
+        y = tf.matmul(x, tf.cast(self.kernel, x.dtype))
+        if self.bias is not None:
+            y += tf.cast(self.bias, x.dtype)
+        return tf.tanh(y) if self.activation == "tanh" else y
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(d_in=self.d_in, units=self.units, use_bias=self.use_bias, activation=self.activation,
+                      initializer_range=self.initializer_range)
+        return config
+
+
+class SequenceSummary(keras.layers.Layer):
+    """The original "last" summary: [B, T, d] -> [B, d] = dropout(tanh(W h_last + b)); h_last is the <cls>."""
+
+    def __init__(self, d_model, dropout=0.0, initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model, self.dropout, self.initializer_range = d_model, dropout, initializer_range
+        self.summary = Dense(d_model, d_model, activation="tanh", initializer_range=initializer_range,
+                             name="summary", dtype=self.dtype_policy)
+        self.drop = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, input_shape=None):
+        self.summary.build()
+        self.built = True
+
+    def call(self, hidden, training=False):
+        return self.drop(self.summary(hidden[:, -1]), training=training)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(d_model=self.d_model, dropout=self.dropout, initializer_range=self.initializer_range)
+        return config
+
+
+class _HeadModel(keras.Model):
+    """Shared plumbing: the encoder, config round trip and pretrained directories."""
+
+    head_kwargs = ()
+
+    def __init__(self, config: XLNetConfig, run_options: RunOptions | None = None, **kwargs):
+        head = {k: kwargs.pop(k) for k in self.head_kwargs if k in kwargs}
+        super().__init__(**kwargs)
+        self.config = config
+        self.run_options = run_options or RunOptions()
+        self.head_config = head
+        self.transformer = XLNetModel(config, self.run_options, name="transformer", dtype=self.dtype_policy)
+        self._sub = {"dtype": self.dtype_policy, "initializer_range": self.run_options.initializer_range}
+
+    def encode(self, inputs, training):
+        return self.transformer({k: inputs[k] for k in ENCODER_INPUTS if k in inputs}, training=training)[
+            "sequence_output"
+        ]
+
+    def get_config(self):
+        return {"name": self.name, "config": self.config.to_dict(), "run_options": self.run_options.to_dict(),
+                **self.head_config}
+
+    @classmethod
+    def from_config(cls, config):
+        return _from_config(cls, config)
+
+    def _checkpoint(self):
+        return tf.train.Checkpoint(model=self)
+
+    def save_pretrained(self, path, extra_files=()):
+        _write_pretrained(path, self.config, self._checkpoint(), extra_files)
+
+    @classmethod
+    def from_pretrained(cls, path, dtype=None, head=None, **run_options):
+        """A fine-tuned directory (encoder and head); `head` holds the head's constructor arguments."""
+        model = cls(_read_config(path), RunOptions.from_dict(run_options, source="run options"), dtype=dtype,
+                    **(head or {}))
+        _restore(path, model._checkpoint(), require_lm_head=False)
+        return model
+
+    def load_encoder(self, path):
+        """Initialises the encoder from a pretrained directory (the head keeps its initialisation)."""
+        from xlnet_tf.model import checkpoint_prefix
+
+        status = tf.train.Checkpoint(model=tf.train.Checkpoint(transformer=self.transformer)).read(
+            checkpoint_prefix(path)
+        )
+        status.expect_partial()
+        status.assert_existing_objects_matched()
+
+
+class XLNetForSequenceClassification(_HeadModel):
+    """Classification (num_labels classes) or regression (num_labels = 1): `logits` [B, num_labels], or
+    `predictions` [B] for regression."""
+
+    head_kwargs = ("num_labels", "regression")
+
+    def __init__(self, config, run_options=None, num_labels=2, regression=False, **kwargs):
+        super().__init__(config, run_options, num_labels=num_labels, regression=regression, **kwargs)
+        self.num_labels = 1 if regression else num_labels
+        self.regression = regression
+        self.sequence_summary = SequenceSummary(config.d_model, self.run_options.dropout, name="sequence_summary",
+                                                **self._sub)
+        self.logits_proj = Dense(config.d_model, self.num_labels, name="logits_proj", **self._sub)
+        self.sequence_summary.build()
+        self.logits_proj.build()
+
+    def call(self, inputs, training=False):
+        summary = self.sequence_summary(self.encode(inputs, training), training=training)
+        logits = tf.cast(self.logits_proj(summary), tf.float32)
+        if self.regression:
+            return {"predictions": logits[:, 0]}
+        return {"logits": logits}
+
+
+class XLNetForMultipleChoice(_HeadModel):
+    """Every option scored by one shared head: inputs [B, C, T] -> `logits` [B, C] (softmax over options)."""
+
+    def __init__(self, config, run_options=None, **kwargs):
+        super().__init__(config, run_options, **kwargs)
+        self.sequence_summary = SequenceSummary(config.d_model, self.run_options.dropout, name="sequence_summary",
+                                                **self._sub)
+        self.logits_proj = Dense(config.d_model, 1, name="logits_proj", **self._sub)
+        self.sequence_summary.build()
+        self.logits_proj.build()
+
+    def call(self, inputs, training=False):
+        shape = tf.shape(inputs["input_ids"])
+        flat = {k: tf.reshape(inputs[k], [-1, shape[2]]) for k in ENCODER_INPUTS if k in inputs}
+        summary = self.sequence_summary(self.encode(flat, training), training=training)
+        logits = tf.cast(self.logits_proj(summary), tf.float32)
+        return {"logits": tf.reshape(logits, [shape[0], shape[1]])}
+
+
+def _mask_logits(logits, p_mask):
+    return tf.where(tf.cast(p_mask, tf.bool), tf.constant(MASKED, logits.dtype), logits)
+
+
+class XLNetForQuestionAnswering(_HeadModel):
+    """The original SQuAD head.
+
+    start logits masked by `p_mask`; end logits from [h_j; h_start] (dense, tanh, LayerNorm, dense), with the
+    gold start when `start_positions` is given (training) and for the top `start_n_top` starts otherwise;
+    answerability `cls_logits` from [start-probability-weighted state; <cls> state] in both cases.
+    Outputs: `start_logits` [B, T] (masked), `cls_logits` [B], and either `end_logits` [B, T] (masked, gold
+    start) or `start_top_log_probs`/`start_top_index` [B, k1], `end_top_log_probs`/`end_top_index` [B, k1*k2]
+    (for start i, ends i*k2 ... i*k2 + k2 - 1).
+    """
+
+    head_kwargs = ("start_n_top", "end_n_top")
+
+    def __init__(self, config, run_options=None, start_n_top=5, end_n_top=5, **kwargs):
+        super().__init__(config, run_options, start_n_top=start_n_top, end_n_top=end_n_top, **kwargs)
+        self.start_n_top, self.end_n_top = start_n_top, end_n_top
+        d = config.d_model
+        self.start_dense = Dense(d, 1, name="start_dense", **self._sub)
+        self.end_dense_0 = Dense(2 * d, d, activation="tanh", name="end_dense_0", **self._sub)
+        self.end_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="end_layer_norm",
+                                                              dtype=self.dtype_policy)
+        self.end_dense_1 = Dense(d, 1, name="end_dense_1", **self._sub)
+        self.answer_dense_0 = Dense(2 * d, d, activation="tanh", name="answer_dense_0", **self._sub)
+        self.answer_dropout = keras.layers.Dropout(self.run_options.dropout, dtype=self.dtype_policy)
+        self.answer_dense_1 = Dense(d, 1, use_bias=False, name="answer_dense_1", **self._sub)
+        for layer in (self.start_dense, self.end_dense_0, self.end_dense_1, self.answer_dense_0, self.answer_dense_1):
+            layer.build()
+        self.end_layer_norm.build((None, None, d))
+
+    def _end_logits(self, hidden, start_states):
+        """hidden [B, T, d], start_states [B, ..., d] broadcast over T -> [B, T, ...] logits."""
+        return self.end_dense_1(self.end_layer_norm(self.end_dense_0(tf.concat([hidden, start_states], -1))))[..., 0]
+
+    def call(self, inputs, training=False):
+        hidden = self.encode(inputs, training)
+        length = tf.shape(hidden)[1]
+        p_mask = tf.cast(inputs["p_mask"], tf.float32)
+        start_logits = _mask_logits(tf.cast(self.start_dense(hidden)[..., 0], tf.float32), p_mask)
+        start_probs = tf.nn.softmax(start_logits, axis=-1)
+        outputs = {"start_logits": start_logits}
+
+        if inputs.get("start_positions") is not None:
+            start_states = tf.gather(hidden, inputs["start_positions"], axis=1, batch_dims=1)  # [B, d]
+            start_states = tf.broadcast_to(start_states[:, None], tf.shape(hidden))
+            outputs["end_logits"] = _mask_logits(tf.cast(self._end_logits(hidden, start_states), tf.float32), p_mask)
+        else:
+            top_log_probs, top_index = tf.math.top_k(tf.nn.log_softmax(start_logits, -1), k=self.start_n_top)
+            start_states = tf.gather(hidden, top_index, axis=1, batch_dims=1)  # [B, k1, d]
+            tiled_hidden = tf.broadcast_to(hidden[:, :, None], [tf.shape(hidden)[0], length, self.start_n_top,
+                                                                 tf.shape(hidden)[2]])
+            tiled_starts = tf.broadcast_to(start_states[:, None], tf.shape(tiled_hidden))
+            end_logits = tf.cast(self._end_logits(tiled_hidden, tiled_starts), tf.float32)  # [B, T, k1]
+            end_logits = _mask_logits(tf.transpose(end_logits, [0, 2, 1]), p_mask[:, None])  # [B, k1, T]
+            end_top_log_probs, end_top_index = tf.math.top_k(tf.nn.log_softmax(end_logits, -1), k=self.end_n_top)
+            outputs.update(
+                start_top_log_probs=top_log_probs, start_top_index=top_index,
+                end_top_log_probs=tf.reshape(end_top_log_probs, [-1, self.start_n_top * self.end_n_top]),
+                end_top_index=tf.reshape(end_top_index, [-1, self.start_n_top * self.end_n_top]),
+            )
+
+        cls_state = tf.gather(hidden, tf.cast(inputs["cls_index"], tf.int32), axis=1, batch_dims=1)
+        start_feature = tf.einsum("btd,bt->bd", hidden, tf.cast(start_probs, hidden.dtype))
+        answer = self.answer_dense_0(tf.concat([start_feature, cls_state], -1))
+        answer = self.answer_dropout(answer, training=training)
+        outputs["cls_logits"] = tf.cast(self.answer_dense_1(answer)[..., 0], tf.float32)
+        return outputs
+
+
+# -- losses: (sum over examples, number of examples) per replica, for the training loop ------------------
+
+
+def classification_loss(outputs, batch):
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(batch["label_ids"], tf.int32),
+                                                            logits=outputs["logits"])
+    return tf.reduce_sum(losses), tf.cast(tf.size(losses), tf.float32)
+
+
+def regression_loss(outputs, batch):
+    errors = tf.square(outputs["predictions"] - tf.cast(batch["label_ids"], tf.float32))
+    return tf.reduce_sum(errors), tf.cast(tf.size(errors), tf.float32)
+
+
+def squad_loss(outputs, batch):
+    """(start + end cross-entropy) / 2 + 0.5 * binary cross-entropy of answerability, per example."""
+    start = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(batch["start_positions"], tf.int32),
+                                                           logits=outputs["start_logits"])
+    end = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(batch["end_positions"], tf.int32),
+                                                         logits=outputs["end_logits"])
+    answerable = tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(batch["is_impossible"], tf.float32),
+                                                         logits=outputs["cls_logits"])
+    losses = (start + end) * 0.5 + 0.5 * answerable
+    return tf.reduce_sum(losses), tf.cast(tf.size(losses), tf.float32)
+
+
+multiple_choice_loss = classification_loss
