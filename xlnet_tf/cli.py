@@ -13,9 +13,9 @@ def _convert(args):
     from xlnet_tf import convert
 
     if args.source == "huggingface":
-        convert.convert_transformers(args.src, args.out)
+        convert.convert_transformers(args.src, args.out, args.max_seq_len)
     else:
-        convert.convert_official(args.src, args.out, args.config, args.spm_model)
+        convert.convert_official(args.src, args.out, args.config, args.spm_model, args.max_seq_len)
     print(f"wrote {args.out}")
 
 
@@ -138,6 +138,9 @@ def build_parser():
     official.add_argument("out", metavar="OUT")
     official.add_argument("--config", required=True, help="the published xlnet_config.json")
     official.add_argument("--spm-model", help="spiece.model to copy into OUT")
+    for source in (hf, official):
+        source.add_argument("--max-seq-len", type=int, default=512,
+                            help="recorded for fine-tuned heads (the length export and predict use)")
     convert.set_defaults(run=_convert)
     return parser
 

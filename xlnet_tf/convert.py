@@ -63,6 +63,10 @@ def assign_weights(model, weights, source):
     variables = encoder_variables(encoder)
     if hasattr(model, "lm_bias"):
         variables["lm_bias"] = model.lm_bias
+    if encoder is not model:  # fine-tuning heads: canonical name = the variable's path
+        for variable in model.weights:
+            if not variable.path.startswith("transformer/") and variable is not getattr(model, "lm_bias", None):
+                variables[variable.path] = variable
     missing = sorted(set(variables) - set(weights))
     if missing:
         raise ConversionError(f"{source}: no value for {missing[:5]}{' ...' if len(missing) > 5 else ''}")
@@ -75,21 +79,72 @@ def assign_weights(model, weights, source):
         variable.assign(value)
 
 
-def _save(config, weights, out_dir, source, extra_files=()):
+def _save(config, weights, out_dir, source, extra_files=(), finetune_config=None):
+    from xlnet_tf.heads import build_head_model, head_arguments, save_finetuned
     from xlnet_tf.model import XLNetModel, XLNetPretrainer
 
+    run_options = RunOptions(dropout=0.0, dropatt=0.0)
+    extra_files = [f for f in extra_files if f]
+    if finetune_config:
+        model = build_head_model(finetune_config["task"], config, run_options, **head_arguments(finetune_config))
+        assign_weights(model, weights, source)
+        save_finetuned(model, out_dir, finetune_config, extra_files)
+        return model
     model_class = XLNetPretrainer if "lm_bias" in weights else XLNetModel
-    model = model_class(config, RunOptions(dropout=0.0, dropatt=0.0))
+    model = model_class(config, run_options)
     assign_weights(model, weights, source)
-    model.save_pretrained(out_dir, extra_files=[f for f in extra_files if f])
+    model.save_pretrained(out_dir, extra_files=extra_files)
     return model
+
+
+def _linear(tensors, name, take):
+    """A torch Linear `name` -> (kernel [in, out], bias or None)."""
+    kernel = take(f"{name}.weight").T
+    return kernel, tensors.get(f"{name}.bias")
+
+
+def _transformers_head(hf, tensors, take, max_seq_len):
+    """Head weights (canonical name = our variable path) and the finetune config, from a transformers head."""
+    weights = {}
+
+    def put(ours, theirs):
+        kernel, bias = _linear(tensors, theirs, take)
+        weights[f"{ours}/kernel"] = kernel
+        if bias is not None:
+            weights[f"{ours}/bias"] = bias
+
+    architecture = (hf.get("architectures") or [""])[0]
+    if "start_logits.dense.weight" in tensors:
+        put("start_dense", "start_logits.dense")
+        put("end_dense_0", "end_logits.dense_0")
+        put("end_dense_1", "end_logits.dense_1")
+        put("answer_dense_0", "answer_class.dense_0")
+        put("answer_dense_1", "answer_class.dense_1")
+        weights["end_layer_norm/gamma"] = take("end_logits.LayerNorm.weight")
+        weights["end_layer_norm/beta"] = take("end_logits.LayerNorm.bias")
+        return weights, {"task": "squad", "start_n_top": hf.get("start_n_top", 5), "end_n_top": hf.get("end_n_top", 5),
+                         "max_seq_len": max_seq_len}
+    if "logits_proj.weight" not in tensors:
+        return {}, None
+    put("sequence_summary/summary", "sequence_summary.summary")
+    put("logits_proj", "logits_proj")
+    num_labels = tensors["logits_proj.weight"].shape[0]
+    if "MultipleChoice" in architecture:
+        return weights, {"task": "race", "max_seq_len": max_seq_len}
+    if num_labels == 1 or hf.get("problem_type") == "regression":
+        return weights, {"task": "regression", "max_seq_len": max_seq_len}
+    id2label = hf.get("id2label") or {}
+    labels = [id2label.get(str(i), id2label.get(i, f"LABEL_{i}")) for i in range(num_labels)]
+    return weights, {"task": "classification", "num_labels": num_labels, "label_names": labels,
+                     "max_seq_len": max_seq_len}
 
 
 # -- transformers ---------------------------------------------------------------------------------------------
 
 
-def read_transformers(src_dir):
-    """Reads a transformers XLNet directory (config.json + model.safetensors) -> (XLNetConfig, weights)."""
+def read_transformers(src_dir, max_seq_len=512):
+    """Reads a transformers XLNet directory (config.json + model.safetensors) -> (XLNetConfig, weights,
+    finetune config of its head or None)."""
     from safetensors.numpy import load_file
 
     config_path = os.path.join(src_dir, "config.json")
@@ -140,14 +195,17 @@ def read_transformers(src_dir):
         d_head=hf["d_head"], d_inner=hf["d_inner"], ff_activation=_TRANSFORMERS_ACTIVATIONS[activation],
         untie_r=untie_r,
     )
-    return config, weights
+    head_weights, finetune_config = _transformers_head(hf, tensors, take, max_seq_len)
+    weights.update(head_weights)
+    return config, weights, finetune_config
 
 
-def convert_transformers(src_dir, out_dir):
-    """`xlnet-tf convert huggingface SRC OUT`: no torch needed. Copies `spiece.model` when SRC has one."""
-    config, weights = read_transformers(src_dir)
+def convert_transformers(src_dir, out_dir, max_seq_len=512):
+    """`xlnet-tf convert huggingface SRC OUT`: no torch needed. Heads (XLNetForSequenceClassification,
+    XLNetForQuestionAnswering, XLNetForMultipleChoice) become fine-tuned directories. Copies `spiece.model`."""
+    config, weights, finetune_config = read_transformers(src_dir, max_seq_len)
     spm = os.path.join(src_dir, "spiece.model")
-    return _save(config, weights, out_dir, src_dir, [spm if os.path.exists(spm) else None])
+    return _save(config, weights, out_dir, src_dir, [spm if os.path.exists(spm) else None], finetune_config)
 
 
 # -- published TF1 checkpoints --------------------------------------------------------------------------------
@@ -194,10 +252,56 @@ def read_official(checkpoint_prefix, config):
     return weights
 
 
-def convert_official(checkpoint_prefix, out_dir, config_path, spm_model=None):
-    """`xlnet-tf convert official CKPT_PREFIX OUT --config xlnet_config.json [--spm-model spiece.model]`."""
+def read_official_head(checkpoint_prefix, max_seq_len=512):
+    """The head of a published fine-tuned checkpoint (run_classifier / run_squad / run_race names) ->
+    (weights by our variable path, finetune config), or ({}, None) for a pretrained checkpoint."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(checkpoint_prefix)
+    names = reader.get_variable_to_shape_map()
+    weights = {}
+
+    def put(ours, theirs, bias=True):
+        weights[f"{ours}/kernel"] = reader.get_tensor(f"{theirs}/kernel")
+        if bias:
+            weights[f"{ours}/bias"] = reader.get_tensor(f"{theirs}/bias")
+
+    if "start_logits/dense/kernel" in names:
+        put("start_dense", "start_logits/dense")
+        put("end_dense_0", "end_logits/dense_0")
+        put("end_dense_1", "end_logits/dense_1")
+        put("answer_dense_0", "answer_class/dense_0")
+        put("answer_dense_1", "answer_class/dense_1", bias=False)
+        weights["end_layer_norm/gamma"] = reader.get_tensor("end_logits/LayerNorm/gamma")
+        weights["end_layer_norm/beta"] = reader.get_tensor("end_logits/LayerNorm/beta")
+        return weights, {"task": "squad", "start_n_top": 5, "end_n_top": 5, "max_seq_len": max_seq_len}
+    summary = "model/sequnece_summary/summary"  # sic: the published scope name
+    if f"{summary}/kernel" not in names:
+        return {}, None
+    put("sequence_summary/summary", summary)
+    logits = [n[: -len("/kernel")] for n in names
+              if n.endswith("/logit/kernel") and n.split("/")[0].startswith(("classification_", "regression_"))]
+    if "logits/dense/kernel" in names:
+        put("logits_proj", "logits/dense")
+        return weights, {"task": "race", "max_seq_len": max_seq_len}
+    if len(logits) != 1:
+        raise ConversionError(f"{checkpoint_prefix}: expected one classification_*/logit or regression_*/logit head, "
+                              f"found {sorted(logits)}")
+    put("logits_proj", logits[0])
+    if logits[0].startswith("regression_"):
+        return weights, {"task": "regression", "max_seq_len": max_seq_len}
+    num_labels = int(names[f"{logits[0]}/kernel"][1])
+    return weights, {"task": "classification", "num_labels": num_labels,
+                     "label_names": [str(i) for i in range(num_labels)], "max_seq_len": max_seq_len}
+
+
+def convert_official(checkpoint_prefix, out_dir, config_path, spm_model=None, max_seq_len=512):
+    """`xlnet-tf convert official CKPT_PREFIX OUT --config xlnet_config.json [--spm-model spiece.model]`;
+    a fine-tuned checkpoint's head (classification, regression, SQuAD, RACE) is converted too."""
     config = XLNetConfig.from_json(config_path)
     if spm_model and not os.path.exists(spm_model):
         raise ConfigError(f"{spm_model}: no such SentencePiece model (--spm-model)")
     weights = read_official(checkpoint_prefix, config)
-    return _save(config, weights, out_dir, checkpoint_prefix, [spm_model])
+    head_weights, finetune_config = read_official_head(checkpoint_prefix, max_seq_len)
+    weights.update(head_weights)
+    return _save(config, weights, out_dir, checkpoint_prefix, [spm_model], finetune_config)

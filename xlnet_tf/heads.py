@@ -11,7 +11,11 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from xlnet_tf.config import RunOptions, XLNetConfig
+import json
+import os
+import tempfile
+
+from xlnet_tf.config import ConfigError, RunOptions, XLNetConfig
 from xlnet_tf.model import XLNetModel, _from_config, _read_config, _restore, _write_pretrained
 
 ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask")
@@ -97,17 +101,6 @@ class _HeadModel(keras.Model):
 
     def _checkpoint(self):
         return tf.train.Checkpoint(model=self)
-
-    def save_pretrained(self, path, extra_files=()):
-        _write_pretrained(path, self.config, self._checkpoint(), extra_files)
-
-    @classmethod
-    def from_pretrained(cls, path, dtype=None, head=None, **run_options):
-        """A fine-tuned directory (encoder and head); `head` holds the head's constructor arguments."""
-        model = cls(_read_config(path), RunOptions.from_dict(run_options, source="run options"), dtype=dtype,
-                    **(head or {}))
-        _restore(path, model._checkpoint(), require_lm_head=False)
-        return model
 
     def load_encoder(self, path):
         """Initialises the encoder from a pretrained directory (the head keeps its initialisation)."""
@@ -262,3 +255,62 @@ def squad_loss(outputs, batch):
 
 
 multiple_choice_loss = classification_loss
+
+
+# -- fine-tuned directories: the checkpoint plus finetune_config.json (task, labels, max_seq_len, head) --------
+
+FINETUNE_FILE = "finetune_config.json"
+TASKS = ("classification", "regression", "squad", "race")
+
+
+def build_head_model(task, config, run_options=None, dtype=None, **head):
+    """The head model for a task: classification (num_labels), regression, squad (start_n_top, end_n_top),
+    race (multiple choice)."""
+    if task == "classification":
+        return XLNetForSequenceClassification(config, run_options, num_labels=head.get("num_labels", 2), dtype=dtype)
+    if task == "regression":
+        return XLNetForSequenceClassification(config, run_options, regression=True, dtype=dtype)
+    if task == "squad":
+        return XLNetForQuestionAnswering(config, run_options, start_n_top=head.get("start_n_top", 5),
+                                         end_n_top=head.get("end_n_top", 5), dtype=dtype)
+    if task == "race":
+        return XLNetForMultipleChoice(config, run_options, dtype=dtype)
+    raise ConfigError(f"task must be one of {TASKS}, got {task!r}")
+
+
+def head_arguments(finetune_config):
+    keys = ("num_labels", "start_n_top", "end_n_top")
+    return {k: finetune_config[k] for k in keys if k in finetune_config}
+
+
+def save_finetuned(model, path, finetune_config, extra_files=()):
+    """Writes the model and `finetune_config.json` (task, label_names, max_seq_len, ...) atomically."""
+    with tempfile.TemporaryDirectory() as scratch:
+        meta = os.path.join(scratch, FINETUNE_FILE)
+        with open(meta, "w", encoding="utf-8") as f:
+            json.dump(finetune_config, f, indent=2, sort_keys=True)
+        _write_pretrained(path, model.config, model._checkpoint(), [meta, *extra_files])
+
+
+def read_finetune_config(path):
+    meta = os.path.join(os.fspath(path), FINETUNE_FILE)
+    if not os.path.exists(meta):
+        raise ConfigError(f"{path}: no {FINETUNE_FILE} (not a fine-tuned model directory)")
+    with open(meta, encoding="utf-8") as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{meta}:{error.lineno}: not valid JSON ({error.msg})") from None
+    if data.get("task") not in TASKS:
+        raise ConfigError(f"{meta}: task must be one of {TASKS}, got {data.get('task')!r}")
+    return data
+
+
+def load_finetuned(path, dtype=None, **run_options):
+    """(model, finetune_config) from a fine-tuned directory; keyword arguments are RunOptions fields."""
+    finetune_config = read_finetune_config(path)
+    model = build_head_model(finetune_config["task"], _read_config(path),
+                             RunOptions.from_dict(run_options, source="run options"), dtype=dtype,
+                             **head_arguments(finetune_config))
+    _restore(path, model._checkpoint(), require_lm_head=False)
+    return model, finetune_config
