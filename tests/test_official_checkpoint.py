@@ -30,9 +30,10 @@ def published_variables(weight_dir):
         f"{root}/word_embedding/lookup_table": t["word_embedding.weight"],
         f"{root}/mask_emb/mask_emb": t["mask_emb"],  # [1, 1, d]
         f"{root}/seg_embed": np.stack([t[f"layer.{i}.rel_attn.seg_embed"] for i in range(n_layer)]),
-        "model/lm_loss/bias": t["lm_loss.bias"],
         "global_step": np.array(1234, np.int64),
     }
+    if "lm_loss.bias" in t:
+        out["model/lm_loss/bias"] = t["lm_loss.bias"]
     for bias in ("r_w_bias", "r_r_bias", "r_s_bias"):
         stacked = np.stack([t[f"layer.{i}.rel_attn.{bias}"] for i in range(n_layer)])
         out[f"{root}/{bias}"] = stacked if untie else stacked[0]

@@ -1,0 +1,148 @@
+"""Fine-tuning heads: converted from transformers (and from the published TF1 head names) they give
+transformers' outputs; layer-wise learning-rate decay is what the optimizer applies."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from safetensors.numpy import load_file
+
+from test_official_checkpoint import published_variables, write_tf1_checkpoint
+from xlnet_tf.cli import main
+from xlnet_tf.heads import load_finetuned, read_finetune_config
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "transformers")
+HEADS = {case["name"]: case for case in json.load(open(os.path.join(FIXTURES, "cases.json")))["heads"]}
+TOLERANCE = 1e-4
+ENCODER = ("input_ids", "segment_ids", "padding_mask")
+
+
+def check(name, got, want, bound=TOLERANCE):
+    diff = float(np.max(np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64))))
+    print(f"{name}: max|diff| = {diff:.2e} (bound {bound:.0e})")
+    assert diff <= bound, name
+
+
+def convert(tmp_path, head):
+    out = str(tmp_path / head)
+    assert main(["convert", "huggingface", os.path.join(FIXTURES, HEADS[head]["dir"]), out, "--max-seq-len", "128"]) == 0
+    return out
+
+
+def arrays(head):
+    return dict(np.load(os.path.join(FIXTURES, HEADS[head]["file"])))
+
+
+@pytest.mark.parametrize("head", ["classification", "regression", "multiple_choice"])
+def test_summary_heads_match_transformers(tmp_path, head):
+    directory = convert(tmp_path, head)
+    model, finetune = load_finetuned(directory, dropout=0.0, dropatt=0.0)
+    expected_task = {"classification": "classification", "regression": "regression", "multiple_choice": "race"}[head]
+    assert finetune["task"] == expected_task and finetune["max_seq_len"] == 128
+    data = arrays(head)
+    outputs = model({k: data[k] for k in ENCODER}, training=False)
+    check(f"{head}/logits", outputs["predictions" if head == "regression" else "logits"], data["logits"])
+    if head == "classification":
+        assert finetune["num_labels"] == 3 and len(finetune["label_names"]) == 3
+
+
+def test_squad_head_matches_transformers(tmp_path):
+    model, finetune = load_finetuned(convert(tmp_path, "qa"), dropout=0.0, dropatt=0.0)
+    assert finetune["task"] == "squad" and finetune["start_n_top"] == 5
+    data = arrays("qa")
+    inputs = {k: data[k] for k in ENCODER + ("p_mask", "cls_index")}
+    inference = model(inputs, training=False)
+    check("qa/start_logits (masked)", inference["start_logits"], data["start_logits_masked"])
+    assert np.array_equal(inference["start_top_index"], data["start_top_index"])
+    # transformers returns probabilities (not log-probabilities) and orders the end candidates end-major.
+    check("qa/start_top_probs", np.exp(inference["start_top_log_probs"]), data["start_top_log_probs"])
+    theirs = lambda a: np.asarray(a).reshape(3, 5, 5).transpose(0, 2, 1).reshape(3, 25)  # noqa: E731
+    assert np.array_equal(inference["end_top_index"], theirs(data["end_top_index"]))
+    check("qa/end_top_probs", np.exp(inference["end_top_log_probs"]), theirs(data["end_top_log_probs"]))
+    check("qa/cls_logits", inference["cls_logits"], data["cls_logits"])
+    training = model(dict(inputs, start_positions=data["start_positions"]), training=False)
+    check("qa/end_logits (gold start)", training["end_logits"], data["end_logits_masked_gold_start"])
+    # The original (and we) feed answerability the start-probability-weighted state in training too.
+    check("qa/cls_logits (training path)", training["cls_logits"], data["cls_logits"])
+
+
+def official_head_names(weight_dir, head):
+    """transformers head tensors -> the published run_classifier / run_squad / run_race variable names."""
+    t = load_file(os.path.join(weight_dir, "model.safetensors"))
+
+    def linear(theirs, ours, bias=True):
+        out = {f"{ours}/kernel": t[f"{theirs}.weight"].T}
+        if bias:
+            out[f"{ours}/bias"] = t[f"{theirs}.bias"]
+        return out
+
+    if head == "qa":
+        names = {**linear("start_logits.dense", "start_logits/dense"), **linear("end_logits.dense_0", "end_logits/dense_0"),
+                 **linear("end_logits.dense_1", "end_logits/dense_1"),
+                 **linear("answer_class.dense_0", "answer_class/dense_0"),
+                 **linear("answer_class.dense_1", "answer_class/dense_1", bias=False),
+                 "end_logits/LayerNorm/gamma": t["end_logits.LayerNorm.weight"],
+                 "end_logits/LayerNorm/beta": t["end_logits.LayerNorm.bias"]}
+        return names
+    names = linear("sequence_summary.summary", "model/sequnece_summary/summary")
+    target = {"classification": "classification_mnli/logit", "regression": "regression_sts-b/logit",
+              "multiple_choice": "logits/dense"}[head]
+    names.update(linear("logits_proj", target))
+    return names
+
+
+@pytest.mark.parametrize("head", ["classification", "qa"])
+def test_published_fine_tuned_heads_convert(tmp_path, head):
+    weight_dir = os.path.join(FIXTURES, HEADS[head]["dir"])
+    variables, official_config = published_variables(weight_dir)
+    assert "model/lm_loss/bias" not in variables  # fine-tuned checkpoints have no LM head
+    variables.update(official_head_names(weight_dir, head))
+    prefix = str(tmp_path / "ckpt" / "model.ckpt")
+    write_tf1_checkpoint(variables, prefix)
+    (tmp_path / "xlnet_config.json").write_text(json.dumps(official_config))
+    out = str(tmp_path / "converted")
+    assert main(["convert", "official", prefix, out, "--config", str(tmp_path / "xlnet_config.json")]) == 0
+    model, finetune = load_finetuned(out, dropout=0.0, dropatt=0.0)
+    data = arrays(head)
+    if head == "qa":
+        outputs = model({k: data[k] for k in ENCODER + ("p_mask", "cls_index")})
+        check("official qa/cls_logits", outputs["cls_logits"], data["cls_logits"])
+        check("official qa/start_logits", outputs["start_logits"], data["start_logits_masked"])
+    else:
+        assert read_finetune_config(out)["num_labels"] == 3
+        check("official classification/logits", model({k: data[k] for k in ENCODER})["logits"], data["logits"])
+
+
+def test_layer_decay_is_applied_to_learning_rates():
+    """Inspect the optimizer: every variable's effective rate is lr * decay^(n_layer - m)."""
+    from conftest import tiny_config
+    from xlnet_tf.config import RunOptions
+    from xlnet_tf.heads import XLNetForSequenceClassification
+    from xlnet_tf.training.optimization import XLNetAdamW, layer_decay_multiplier
+
+    model = XLNetForSequenceClassification(tiny_config(n_layer=3), RunOptions(dropout=0.0, dropatt=0.0), num_labels=2)
+    decay, lr = 0.5, 0.1
+    optimizer = XLNetAdamW(learning_rate=lr, weight_decay=0.0, lr_multiplier=lambda p: layer_decay_multiplier(p, 3, decay))
+    optimizer.build(model.trainable_variables)
+    expected = {"transformer/word_embedding": decay ** 3, "transformer/layer_0/": decay ** 2,
+                "transformer/layer_1/": decay ** 1, "transformer/layer_2/": 1.0, "transformer/seg_embed": decay ** 3,
+                "logits_proj/": 1.0, "sequence_summary/": 1.0}
+    seen = {}
+    for variable in model.trainable_variables:
+        for prefix, factor in expected.items():
+            if variable.path.startswith(prefix):
+                assert optimizer.factor(variable) == factor, variable.path
+                seen[prefix] = factor
+    print(f"layer-decay factors checked for {sorted(seen)} (expected {expected})")
+    assert seen == expected
+    # And it is the learning rate, not the gradient, that is scaled: with SGD-like first steps of Adam
+    # (update = lr * m / (sqrt(v) + eps) = lr * sign(g) for the first step) each group moves by lr * factor.
+    before = {v.path: v.numpy().copy() for v in model.trainable_variables}
+    optimizer.apply([tf.ones_like(v) for v in model.trainable_variables], model.trainable_variables)
+    for variable in model.trainable_variables:
+        step = float(np.max(np.abs(before[variable.path] - variable.numpy())))
+        want = lr * optimizer.factor(variable)
+        assert abs(step - want) <= 1e-3 * want, (variable.path, step, want)
+    print("first Adam step moved every variable by lr * factor (bound: relative error 1e-3)")
