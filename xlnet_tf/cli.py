@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 
@@ -79,6 +80,64 @@ def _pretrain(args):
     return 0
 
 
+def _finetune(args):
+    import os
+
+    from xlnet_tf.config import RunOptions, XLNetConfig
+    from xlnet_tf.model import CONFIG_FILE, SPM_FILE
+    from xlnet_tf.training.finetune import FinetuneSetup, run_finetuning
+    from xlnet_tf.training.pretrain import resolve_config
+
+    if (args.train_steps is None) == (args.epochs is None):
+        raise UserError("give exactly one of --train-steps and --epochs")
+    strategy = _start_run(args)
+    spm = args.spm_model or (args.init_checkpoint and os.path.join(args.init_checkpoint, SPM_FILE))
+    if not spm or not os.path.exists(spm):
+        raise UserError(f"--spm-model is needed (no {SPM_FILE} found: {spm})")
+    if args.init_checkpoint:
+        if args.config or args.model_size:
+            raise UserError("--init-checkpoint brings its architecture; drop --config / --model-size")
+        config = XLNetConfig.from_json(os.path.join(args.init_checkpoint, CONFIG_FILE))
+    else:
+        from xlnet_tf.tokenization import XLNetTokenizer
+
+        config = resolve_config(args.config, args.model_size, XLNetTokenizer(spm).vocab_size)
+    setup = FinetuneSetup(
+        task=args.task, train_file=args.train_file, eval_file=args.eval_file, model_dir=args.model_dir,
+        config=config, run_options=RunOptions(dropout=args.dropout, dropatt=args.dropatt), spm_model=spm,
+        lower_case=args.lower_case, init_checkpoint=args.init_checkpoint, max_seq_len=args.max_seq_len,
+        doc_stride=args.doc_stride, max_query_len=args.max_query_len, epochs=args.epochs,
+        mixed_precision=args.mixed_precision,
+    )
+    # With --epochs the step count is set once the training file is read.
+    options = _training_options(_with_steps(args, args.train_steps or 1), layer_decay=args.layer_decay)
+    trainer, records, results = run_finetuning(setup, options, strategy)
+    if records:
+        print(f"fine-tuned to step {records[-1]['step']}: loss {records[0]['loss']:.4f} -> {records[-1]['loss']:.4f}")
+    if results:
+        print(json.dumps(results, indent=2))
+    return 143 if trainer.stopped_by_signal else 0
+
+
+def _with_steps(args, steps):
+    copy = argparse.Namespace(**vars(args))
+    copy.train_steps = steps
+    return copy
+
+
+def _evaluate(args):
+    from xlnet_tf.training.finetune import evaluate
+
+    print(json.dumps(evaluate(args.model_dir, args.eval_file, args.batch_size), indent=2))
+
+
+def _predict(args):
+    from xlnet_tf.training.finetune import predict
+
+    count = predict(args.model_dir, args.input, args.output, args.batch_size)
+    print(f"wrote {count} predictions to {args.output}")
+
+
 def _add_training_flags(parser, steps_required=True):
     parser.add_argument("--model-dir", required=True, help="checkpoints, logs and the trained model go here")
     parser.add_argument("--train-steps", type=int, required=steps_required, help="optimizer steps in all")
@@ -125,6 +184,37 @@ def build_parser():
     pretrain.add_argument("--clamp-len", type=int, default=-1)
     pretrain.add_argument("--objective", choices=["plm", "mlm"], default="plm")
     pretrain.set_defaults(run=_pretrain)
+
+    finetune = commands.add_parser("finetune", help="fine-tune on classification, regression, SQuAD or RACE")
+    finetune.add_argument("--task", required=True, choices=["classification", "regression", "squad", "race"])
+    finetune.add_argument("--train-file", required=True)
+    finetune.add_argument("--eval-file", help="evaluated after training (metrics in MODEL_DIR/eval_results.json)")
+    finetune.add_argument("--spm-model", help="default: INIT_CHECKPOINT/spiece.model")
+    finetune.add_argument("--lower-case", action="store_true", help="the SentencePiece model is uncased")
+    finetune.add_argument("--init-checkpoint", help="a pretrained directory (pretrain's --model-dir or convert's OUT)")
+    arch = finetune.add_mutually_exclusive_group()
+    arch.add_argument("--config", help="xlnet_config.json, for random initialisation")
+    arch.add_argument("--model-size", choices=["tiny", "base", "large"], help="for random initialisation")
+    _add_training_flags(finetune, steps_required=False)
+    finetune.add_argument("--epochs", type=float, help="instead of --train-steps")
+    finetune.add_argument("--max-seq-len", type=int, default=128)
+    finetune.add_argument("--layer-decay", type=float, default=1.0, help="layer-wise learning-rate decay")
+    finetune.add_argument("--doc-stride", type=int, default=128, help="SQuAD window stride")
+    finetune.add_argument("--max-query-len", type=int, default=64, help="SQuAD question tokens kept")
+    finetune.set_defaults(run=_finetune, learning_rate=2e-5, batch_size=32, save_every=500)
+
+    evaluate = commands.add_parser("evaluate", help="metrics of a fine-tuned model on a labelled file")
+    evaluate.add_argument("--model-dir", required=True)
+    evaluate.add_argument("--eval-file", required=True)
+    evaluate.add_argument("--batch-size", type=int, default=32)
+    evaluate.set_defaults(run=_evaluate)
+
+    predict = commands.add_parser("predict", help="predictions of a fine-tuned model (JSONL; SQuAD: {id: answer})")
+    predict.add_argument("--model-dir", required=True)
+    predict.add_argument("--input", required=True)
+    predict.add_argument("--output", required=True)
+    predict.add_argument("--batch-size", type=int, default=32)
+    predict.set_defaults(run=_predict)
 
     convert = commands.add_parser(
         "convert", help="convert published TF1 checkpoints or transformers weights to an xlnet-tf directory"

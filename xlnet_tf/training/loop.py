@@ -137,18 +137,19 @@ class Trainer:
         def forward_backward(batch, mems):
             context = tf.distribute.get_replica_context()
             with tf.GradientTape() as tape:
-                outputs = model(batch, mems=mems if use_mems else None, training=True)
+                outputs = model(batch, mems=mems, training=True) if use_mems else model(batch, training=True)
                 loss_sum, weight = self.loss_fn(outputs, batch)
                 total_weight = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(weight, tf.float32))
                 loss = tf.math.divide_no_nan(tf.cast(loss_sum, tf.float32), total_weight) / accumulate
-            grads = tape.gradient(loss, variables)
+            grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+                     for g in tape.gradient(loss, variables)]
             new_mems = outputs["new_mems"] if use_mems else mems
             return loss, grads, new_mems
 
         if options.jit_compile:
             forward_backward = tf.function(forward_backward, jit_compile=True)
 
-        def apply_gradients(grads):
+        def apply_gradients(grads, trained):
             context = tf.distribute.get_replica_context()
             grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)  # the exact global gradient
             if options.clip_norm > 0:
@@ -156,11 +157,24 @@ class Trainer:
             else:
                 norm = tf.linalg.global_norm(grads)
             # keras' optimizer all-reduces (sums) once more across replicas: hand it each replica's share.
-            optimizer.apply([g / replicas for g in grads], variables)
+            optimizer.apply([g / replicas for g in grads], trained)
             return norm
 
         def add(a, b):
             return [x + y for x, y in zip(a, b)]
+
+        def one_step(iterator, mems):
+            grads, step_loss, kept = None, tf.constant(0.0), None
+            for _ in range(accumulate):
+                loss, micro_grads, mems = strategy.run(forward_backward, args=(next(iterator), mems))
+                # Variables the loss does not reach (e.g. mask_emb when fine-tuning) are left alone.
+                kept = [i for i, g in enumerate(micro_grads) if g is not None]
+                micro_grads = [micro_grads[i] for i in kept]
+                grads = micro_grads if grads is None else strategy.run(add, args=(grads, micro_grads))
+                step_loss += strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
+            trained = [variables[i] for i in kept]
+            norm = strategy.run(lambda g: apply_gradients(g, trained), args=(grads,))
+            return step_loss, strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None), mems
 
         @tf.function
         def train_loop(iterator, mems, num_steps):
@@ -168,13 +182,7 @@ class Trainer:
             norm = tf.constant(0.0)
             finite = tf.constant(True)
             for _ in tf.range(num_steps):
-                grads, step_loss = None, tf.constant(0.0)
-                for _ in range(accumulate):
-                    loss, micro_grads, mems = strategy.run(forward_backward, args=(next(iterator), mems))
-                    grads = micro_grads if grads is None else strategy.run(add, args=(grads, micro_grads))
-                    step_loss += strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
-                norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, strategy.run(apply_gradients, args=(grads,)),
-                                       axis=None)
+                step_loss, norm, mems = one_step(iterator, mems)
                 self.step.assign_add(1)
                 finite = tf.logical_and(finite, tf.logical_and(tf.math.is_finite(step_loss), tf.math.is_finite(norm)))
                 loss_total += step_loss

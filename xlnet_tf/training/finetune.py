@@ -1,0 +1,298 @@
+"""Fine-tuning, evaluation and prediction for classification, regression, SQuAD and RACE, on the same training
+loop as pretraining. A fine-tuned model directory records the task, label names, max_seq_len, the tokenizer
+and the architecture (finetune_config.json, xlnet_config.json, spiece.model), so export needs nothing else."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import shutil
+
+import numpy as np
+
+from xlnet_tf import metrics
+from xlnet_tf.config import RunOptions, XLNetConfig
+from xlnet_tf.errors import UserError
+
+log = logging.getLogger(__name__)
+EVAL_FILE = "eval_results.json"
+# Model inputs per task (labels are added in training).
+INPUTS = {
+    "classification": ("input_ids", "segment_ids", "padding_mask"),
+    "regression": ("input_ids", "segment_ids", "padding_mask"),
+    "race": ("input_ids", "segment_ids", "padding_mask"),
+    "squad": ("input_ids", "segment_ids", "padding_mask", "p_mask", "cls_index"),
+}
+LABELS = {
+    "classification": ("label_ids",),
+    "regression": ("label_ids",),
+    "race": ("label_ids",),
+    "squad": ("start_positions", "end_positions", "is_impossible"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneSetup:
+    """What `xlnet-tf finetune` needs besides the training options."""
+
+    task: str
+    train_file: str
+    model_dir: str
+    config: XLNetConfig
+    run_options: RunOptions
+    spm_model: str
+    lower_case: bool = False
+    eval_file: str | None = None
+    init_checkpoint: str | None = None
+    max_seq_len: int = 128
+    doc_stride: int = 128
+    max_query_len: int = 64
+    epochs: float | None = None
+    mixed_precision: str | None = None
+
+
+@dataclasses.dataclass
+class TaskData:
+    """Examples of one file, their features (numpy, one row per model example) and the reader's report."""
+
+    examples: list
+    features: dict
+    report: dict
+    raw: object = None  # the parsed SQuAD JSON, for the official evaluation
+
+
+def load_task_data(task, path, tokenizer, max_seq_len, label_list=None, is_training=False, doc_stride=128,
+                   max_query_len=64):
+    """Reads `path` for `task` and builds its features with the one feature builder per task."""
+    from xlnet_tf.data import finetuning
+
+    if task in ("classification", "regression"):
+        examples, report = finetuning.read_examples(path, task=task)
+        features, feature_report = finetuning.classification_features(examples, tokenizer, max_seq_len, label_list)
+        return TaskData(examples, features, {**report, **feature_report})
+    if task == "race":
+        examples, report = finetuning.read_race(path)
+        features, feature_report = finetuning.race_features(examples, tokenizer, max_seq_len)
+        return TaskData(examples, features, {**report, **feature_report})
+    if task == "squad":
+        examples, report = finetuning.read_squad(path)
+        features, feature_report = finetuning.squad_features(
+            examples, tokenizer, max_seq_len, doc_stride, max_query_len, is_training=is_training
+        )
+        features = dict(features, start_positions=features["start_position"], end_positions=features["end_position"])
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+        return TaskData(examples, features, {**report, **feature_report}, raw=raw)
+    raise UserError(f"--task must be one of classification, regression, squad, race; got {task!r}")
+
+
+def task_dataset(features, keys, batch_size, seed=0, input_context=None, start_batch=0, training=True):
+    """tf.data over the feature rows: sharded per input pipeline, shuffled with `seed` and repeated when
+    training (batch b is a pure function of seed and b, so `start_batch` resumes the data position)."""
+    import tensorflow as tf
+
+    dataset = tf.data.Dataset.from_tensor_slices({k: features[k] for k in keys})
+    if input_context is not None and input_context.num_input_pipelines > 1:
+        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    if training:
+        rows = len(next(iter(features.values())))
+        dataset = dataset.shuffle(rows, seed=seed, reshuffle_each_iteration=True).repeat()
+    dataset = dataset.batch(batch_size, drop_remainder=training)
+    if start_batch:
+        dataset = dataset.skip(start_batch)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _loss_fn(task):
+    from xlnet_tf import heads
+
+    return {"classification": heads.classification_loss, "regression": heads.regression_loss,
+            "squad": heads.squad_loss, "race": heads.multiple_choice_loss}[task]
+
+
+def run_finetuning(setup: FinetuneSetup, options, strategy):
+    """Fine-tunes, then evaluates on `eval_file` when given; returns (trainer, records, eval metrics)."""
+    from xlnet_tf.heads import FINETUNE_FILE, build_head_model
+    from xlnet_tf.model import CONFIG_FILE, SPM_FILE
+    from xlnet_tf.tokenization import XLNetTokenizer
+    from xlnet_tf.training.loop import Trainer, TrainingOptions
+
+    tokenizer = XLNetTokenizer(setup.spm_model, lower_case=setup.lower_case)
+    train = load_task_data(setup.task, setup.train_file, tokenizer, setup.max_seq_len, is_training=True,
+                           doc_stride=setup.doc_stride, max_query_len=setup.max_query_len)
+    rows = len(train.features["input_ids"])
+    if rows == 0:
+        raise UserError(f"{setup.train_file}: no training examples")
+    if setup.epochs:
+        options = dataclasses.replace(options, train_steps=max(1, math.ceil(rows * setup.epochs / options.batch_size)))
+    log.info("%s: %d training rows, %d steps of %d", setup.train_file, rows, options.train_steps, options.batch_size)
+    finetune_config = {
+        "task": setup.task, "max_seq_len": setup.max_seq_len, "lower_case": setup.lower_case,
+        "spm_model": SPM_FILE, "doc_stride": setup.doc_stride, "max_query_len": setup.max_query_len,
+    }
+    if setup.task == "classification":
+        labels = train.report["label_list"]
+        finetune_config.update(num_labels=len(labels), label_names=[str(label) for label in labels])
+    if setup.task == "squad":
+        finetune_config.update(start_n_top=5, end_n_top=5)
+
+    os.makedirs(setup.model_dir, exist_ok=True)
+    setup.config.to_json(os.path.join(setup.model_dir, CONFIG_FILE))
+    with open(os.path.join(setup.model_dir, FINETUNE_FILE), "w", encoding="utf-8") as f:
+        json.dump(finetune_config, f, indent=2, sort_keys=True)
+    if os.path.abspath(setup.spm_model) != os.path.abspath(os.path.join(setup.model_dir, SPM_FILE)):
+        shutil.copy2(setup.spm_model, os.path.join(setup.model_dir, SPM_FILE))
+
+    dtype = "mixed_bfloat16" if setup.mixed_precision == "bfloat16" else None
+    head = {k: finetune_config[k] for k in ("num_labels", "start_n_top", "end_n_top") if k in finetune_config}
+
+    def build_model():
+        model = build_head_model(setup.task, setup.config, setup.run_options, dtype=dtype, **head)
+        if setup.init_checkpoint:
+            model.load_encoder(setup.init_checkpoint)
+        return model
+
+    keys = INPUTS[setup.task] + LABELS[setup.task]
+
+    def dataset_fn(input_context, start_batch):
+        batch = input_context.get_per_replica_batch_size(options.batch_size)
+        return task_dataset(train.features, keys, batch, options.seed, input_context, start_batch)
+
+    assert isinstance(options, TrainingOptions)
+    trainer = Trainer(strategy, build_model, _loss_fn(setup.task), dataset_fn, options, setup.model_dir,
+                      tokens_per_example=setup.max_seq_len)
+    records = trainer.train()
+    results = None
+    if setup.eval_file and not trainer.stopped_by_signal:
+        results = evaluate_model(trainer.model, finetune_config, setup.eval_file, tokenizer)
+        with open(os.path.join(setup.model_dir, EVAL_FILE), "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2)
+    return trainer, records, results
+
+
+# -- inference ------------------------------------------------------------------------------------------------
+
+
+def run_model(model, task, features, batch_size=32):
+    """Outputs of `model` on every feature row (numpy, concatenated), inference mode."""
+    import tensorflow as tf
+
+    predict = tf.function(lambda batch: model(batch, training=False))
+    outputs = {}
+    for batch in task_dataset(features, INPUTS[task], batch_size, training=False):
+        for key, value in predict(batch).items():
+            outputs.setdefault(key, []).append(value.numpy())
+    return {k: np.concatenate(v) for k, v in outputs.items()}
+
+
+def squad_predictions(data, outputs, max_answer_length=64):
+    """Best answer text and null score (min cls_logits over windows) per question, as the original's
+    `write_predictions`: candidates are the top start x end pairs inside the paragraph, end >= start, at most
+    `max_answer_length` tokens, starting where the window has the token's maximal context."""
+    f = data.features
+    best = {}
+    null = {}
+    k1 = outputs["start_top_index"].shape[1]
+    k2 = outputs["end_top_index"].shape[1] // k1
+    for row in range(len(f["input_ids"])):
+        example = data.examples[int(f["example_index"][row])]
+        qid = example.qas_id
+        null[qid] = min(null.get(qid, np.inf), float(outputs["cls_logits"][row]))
+        paragraph_len = int(f["paragraph_len"][row])
+        for i in range(k1):
+            start = int(outputs["start_top_index"][row, i])
+            for j in range(k2):
+                end = int(outputs["end_top_index"][row, i * k2 + j])
+                if start >= paragraph_len or end >= paragraph_len or end < start:
+                    continue
+                if end - start + 1 > max_answer_length or not f["token_is_max_context"][row, start]:
+                    continue
+                score = float(outputs["start_top_log_probs"][row, i] + outputs["end_top_log_probs"][row, i * k2 + j])
+                if qid not in best or score > best[qid][0]:
+                    text = example.context[int(f["token_char_start"][row, start]): int(f["token_char_end"][row, end])]
+                    best[qid] = (score, text)
+    answers = {example.qas_id: best.get(example.qas_id, (0.0, ""))[1] for example in data.examples}
+    return answers, null
+
+
+def _predictions(task, data, outputs, finetune_config):
+    """Per-example predictions (list of dicts) and, for SQuAD, the answer / null-odds maps."""
+    if task == "squad":
+        answers, null = squad_predictions(data, outputs)
+        return [{"id": q, "answer": a, "null_odds": null[q]} for q, a in answers.items()], answers, null
+    if task == "regression":
+        return [{"prediction": float(p)} for p in outputs["predictions"]], None, None
+    logits = outputs["logits"]
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    ids = logits.argmax(-1)
+    if task == "race":
+        return [{"id": ex.example_id, "answer": "ABCDEFGH"[i], "probabilities": p.tolist()}
+                for ex, i, p in zip(data.examples, ids, probs)], None, None
+    names = finetune_config.get("label_names") or [str(i) for i in range(logits.shape[1])]
+    return [{"label": names[i], "label_id": int(i), "probabilities": p.tolist()} for i, p in zip(ids, probs)], None, None
+
+
+def evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size=32):
+    """Task metrics of `model` on `eval_file`."""
+    task = finetune_config["task"]
+    labels = finetune_config.get("label_names")
+    data = load_task_data(task, eval_file, tokenizer, finetune_config["max_seq_len"], label_list=labels,
+                          doc_stride=finetune_config.get("doc_stride", 128),
+                          max_query_len=finetune_config.get("max_query_len", 64))
+    outputs = run_model(model, task, data.features, batch_size)
+    if task == "squad":
+        _, answers, null = _predictions(task, data, outputs, finetune_config)
+        results = metrics.squad_evaluate(data.raw, answers, na_probs=null)
+    elif task == "regression":
+        results = metrics.regression_metrics(data.features["label_ids"], outputs["predictions"])
+    elif task == "race":
+        results = metrics.race_accuracy(data.features["label_ids"], outputs["logits"].argmax(-1))
+    else:
+        results = metrics.classification_metrics(data.features["label_ids"], outputs["logits"].argmax(-1))
+    results["examples"] = len(data.examples)
+    return results
+
+
+def load_for_inference(model_dir):
+    from xlnet_tf.heads import load_finetuned
+    from xlnet_tf.model import SPM_FILE
+    from xlnet_tf.tokenization import XLNetTokenizer
+
+    model, finetune_config = load_finetuned(model_dir, dropout=0.0, dropatt=0.0)
+    tokenizer = XLNetTokenizer(os.path.join(model_dir, SPM_FILE), lower_case=finetune_config.get("lower_case", False))
+    return model, finetune_config, tokenizer
+
+
+def evaluate(model_dir, eval_file, batch_size=32):
+    """`xlnet-tf evaluate`: metrics of a fine-tuned model directory on a labelled file."""
+    model, finetune_config, tokenizer = load_for_inference(model_dir)
+    return evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size)
+
+
+def predict(model_dir, input_file, output_file, batch_size=32):
+    """`xlnet-tf predict`: JSONL predictions; SQuAD writes the official {id: answer} JSON and, beside it,
+    `<output>.null_odds.json` ({id: null score}, for SQuAD 2.0's threshold)."""
+    model, finetune_config, tokenizer = load_for_inference(model_dir)
+    task = finetune_config["task"]
+    data = load_task_data(task, input_file, tokenizer, finetune_config["max_seq_len"],
+                          label_list=finetune_config.get("label_names"),
+                          doc_stride=finetune_config.get("doc_stride", 128),
+                          max_query_len=finetune_config.get("max_query_len", 64))
+    outputs = run_model(model, task, data.features, batch_size)
+    rows, answers, null = _predictions(task, data, outputs, finetune_config)
+    tmp = output_file + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        if task == "squad":
+            json.dump(answers, f, ensure_ascii=False, indent=1)
+        else:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(tmp, output_file)
+    if task == "squad":
+        with open(output_file + ".null_odds.json", "w", encoding="utf-8") as f:
+            json.dump(null, f, indent=1)
+    return len(rows)
