@@ -28,10 +28,14 @@ With `bi_data`, the same is done on the REVERSED token stream and written to sep
 the training input takes the second half of every batch from them, as the original does.
 
 Bounded memory: the tokens are written to a temporary file in the output directory (4 bytes per token: the
-id and the parity bit) while the input is read line by line; the records are then built by reading small
-windows of that file (about 3 * seq_len tokens per record, plus block-wise scans for sentence starts). So the
-random B is drawn from the WHOLE corpus like the original (not from a window), memory does not grow with the
-corpus, and the temporary file (deleted at the end) costs 4 bytes of disk per token.
+id and the parity bit) while the input is read line by line and tokenized in calls of at most 1024 lines /
+64 KiB (the tokenizer's graph needs several hundred bytes per character; lines over 8192 characters are cut
+at spaces into pieces, which tokenize like the whole line since no piece spans whitespace, up to
+SentencePiece's choice between equally scored segmentations). The records are then built by reading small
+windows of that file (about 3 * seq_len tokens per record, plus block-wise scans back to a sentence start).
+So the random B is drawn from the WHOLE corpus like the original (not from a window), memory does not grow
+with the corpus, and the temporary file (deleted at the end) costs 4 bytes of disk per token. One input line
+is held in memory at a time.
 
 Files in the output directory: `records-IIIII-of-NNNNN.tfrecord` (and `records-bwd-...` with bi_data), each a
 contiguous range of records in stream order (shard i holds records [i*n//N, (i+1)*n//N)), tf.train.Example
@@ -65,7 +69,7 @@ _SPECIAL = {"<cls>": CLS_ID, "<sep>": SEP_ID, "<pad>": PAD_ID, "<eod>": EOD_ID}
 _TOKENS_FILE = ".tokens.tmp"
 _BATCH_LINES = 1024  # texts tokenized per TF call ...
 _BATCH_BYTES = 64 << 10  # ... or fewer, holding this many bytes: the tokenizer's peak memory grows with it
-_PIECE_CHARS = 8192  # longer lines are tokenized in pieces cut at spaces (same tokens, bounded memory)
+_PIECE_CHARS = 8192  # longer lines are tokenized in pieces cut at spaces (bounds the tokenizer's memory)
 _SCAN_BLOCK = 4096  # tokens read per step when looking back for a sentence start
 _SEED_SALT = 0x584C4E54  # second word of the stateless seeds ("XLNT")
 
@@ -345,12 +349,17 @@ def _write_direction(token_path, num_tokens, output_dir, num_records, num_shards
             name = shard_name(shard, num_shards, backward)
             final = os.path.join(output_dir, name)
             temporary = final + ".tmp"
-            with tf.io.TFRecordWriter(temporary) as writer:
-                for index in range(lo, hi):
-                    ids, segments, is_next = _record(stream, index, seq_len, reuse_len, rng)
-                    positives += is_next
-                    writer.write(_example(ids, segments, is_next))
-                    bar.update(1)
+            try:
+                with tf.io.TFRecordWriter(temporary) as writer:
+                    for index in range(lo, hi):
+                        ids, segments, is_next = _record(stream, index, seq_len, reuse_len, rng)
+                        positives += is_next
+                        writer.write(_example(ids, segments, is_next))
+                        bar.update(1)
+            except BaseException:
+                if os.path.exists(temporary):
+                    os.remove(temporary)
+                raise
             os.replace(temporary, final)
             shards.append({"file": name, "num_records": hi - lo})
     finally:
@@ -603,8 +612,11 @@ def pretraining_dataset(data_dir, batch_size, options: sampling.SamplingOptions,
                         "batches")
     if word_start is None:
         word_start = _default_word_start(metadata)
-    word_start = tf.constant(np.asarray(word_start, bool))
+    word_start = np.asarray(word_start, bool)
     vocab_size = metadata["vocab_size"]
+    if word_start.shape != (vocab_size,):
+        raise UserError(f"word_start has shape {word_start.shape}, the data's vocabulary has {vocab_size} ids")
+    word_start = tf.constant(word_start)
 
     rows = []
     for replica in range(replicas):

@@ -115,7 +115,11 @@ class Trainer:
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         run_options = getattr(self.model, "run_options", None)
         self.mem_len = getattr(run_options, "mem_len", 0)
-        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step)
+        # Dropout's random state (keras seed generators) is not among the weights; checkpoint it for exact resumes.
+        weights = {id(v) for v in self.model.weights}
+        random_state = [v.value for v in self.model.variables if id(v) not in weights]
+        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step,
+                                              random_state=random_state)
         directory = self.model_dir if self.chief else tempfile.mkdtemp(prefix="xlnet-tf-worker-")
         self._scratch = None if self.chief else directory
         self.manager = tf.train.CheckpointManager(
