@@ -161,6 +161,16 @@ def _add_training_flags(parser, steps_required=True):
     parser.add_argument("--dropatt", type=float, default=0.1)
 
 
+def _create_pretraining_data(args):
+    from xlnet_tf.data.pretraining import create_pretraining_data
+
+    create_pretraining_data(
+        args.input, args.spm_model, args.output_dir, seq_len=args.seq_len, reuse_len=args.reuse_len,
+        num_shards=args.num_shards, seed=args.seed, bi_data=args.bi_data,
+        lower_case=True if args.lower_case else None, skip_bad_lines=args.skip_bad_lines,
+    )
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="xlnet-tf", description="XLNet on Keras 3 / TensorFlow 2.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -171,6 +181,20 @@ def build_parser():
     spm.add_argument("--vocab-size", type=int, required=True, metavar="N")
     spm.add_argument("--lower-case", action="store_true", help="an uncased model (lower-cases before training)")
     spm.set_defaults(run=_train_spm)
+
+    data = commands.add_parser("create-pretraining-data", help="plain text -> sharded pretraining TFRecords")
+    data.add_argument("--input", nargs="+", required=True, metavar="FILE",
+                      help="UTF-8 text, one sentence (or paragraph) per line, blank lines between documents")
+    data.add_argument("--spm-model", required=True)
+    data.add_argument("--output-dir", required=True)
+    data.add_argument("--seq-len", type=int, default=512)
+    data.add_argument("--reuse-len", type=int, default=256)
+    data.add_argument("--num-shards", type=int, default=1)
+    data.add_argument("--seed", type=int, default=0)
+    data.add_argument("--bi-data", action="store_true", help="also write records of the reversed text")
+    data.add_argument("--lower-case", action="store_true", help="the SentencePiece model is uncased (default: inferred)")
+    data.add_argument("--skip-bad-lines", action="store_true", help="skip and count lines that are not UTF-8")
+    data.set_defaults(run=_create_pretraining_data)
 
     pretrain = commands.add_parser("pretrain", help="permutation-LM pretraining on tf.distribute")
     pretrain.add_argument("--data-dir", required=True, help="output of create-pretraining-data")

@@ -193,7 +193,8 @@ class XLNetModel(keras.Model):
 class XLNetPretrainer(keras.Model):
     """XLNetModel plus the LM head tied to the word embedding (with its own bias) and the permutation-LM loss.
 
-    Inputs: those of XLNetModel plus optional `target_ids` [B, P] and `target_mask` [B, P] (1 = real target).
+    Inputs: those of XLNetModel plus optional `target_ids` [B, P] and `target_mask` [B, P] (1 = real target);
+    other keys of a pretraining batch (`is_next`) are not used.
     Returns XLNetModel's outputs plus `logits` [B, P, n_token] (from the query stream when `target_mapping` is
     given, else [B, T, n_token] from the content stream) and, with `target_ids`, `loss`: the cross-entropy
     averaged over real targets, with its parts `loss_sum` and `target_count` (for averaging across replicas).
@@ -211,7 +212,7 @@ class XLNetPretrainer(keras.Model):
         self.built = True
 
     def call(self, inputs, mems=None, training=False):
-        model_inputs = {k: v for k, v in inputs.items() if k not in ("target_ids", "target_mask")}
+        model_inputs = {k: v for k, v in inputs.items() if k in MODEL_INPUTS}  # data extras (is_next) unused
         outputs = dict(self.transformer(model_inputs, mems=mems, training=training))
         hidden = outputs.get("query_output", outputs["sequence_output"])
         embedding = tf.cast(self.transformer.word_embedding.embeddings, hidden.dtype)
