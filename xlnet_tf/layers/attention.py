@@ -66,9 +66,9 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         self.dropout = dropout
         self.dropatt = dropatt
         self.initializer_range = initializer_range
-        self.attention_dropout = keras.layers.Dropout(dropatt, name="attention_dropout")
-        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
-        self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="layer_norm")
+        self.attention_dropout = keras.layers.Dropout(dropatt, name="attention_dropout", dtype=self.dtype_policy)
+        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout", dtype=self.dtype_policy)
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="layer_norm", dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
         initializer = keras.initializers.RandomNormal(stddev=self.initializer_range)

@@ -22,11 +22,11 @@ class XLNetBlock(keras.layers.Layer):
         self.initializer_range = initializer_range
         self.attention = TwoStreamRelativeAttention(
             d_model, n_head, d_head, dropout=dropout, dropatt=dropatt, initializer_range=initializer_range,
-            name="rel_attn",
+            name="rel_attn", dtype=self.dtype_policy,
         )
         self.feed_forward = PositionwiseFeedForward(
             d_model, d_inner, activation=ff_activation, dropout=dropout, initializer_range=initializer_range,
-            name="ff",
+            name="ff", dtype=self.dtype_policy,
         )
 
     def build(self, input_shape=None):

@@ -32,9 +32,9 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.activation = activation
         self.dropout = dropout
         self.initializer_range = initializer_range
-        self.inner_dropout = keras.layers.Dropout(dropout, name="inner_dropout")
-        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
-        self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="layer_norm")
+        self.inner_dropout = keras.layers.Dropout(dropout, name="inner_dropout", dtype=self.dtype_policy)
+        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout", dtype=self.dtype_policy)
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="layer_norm", dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
         initializer = keras.initializers.RandomNormal(stddev=self.initializer_range)

@@ -1,0 +1,377 @@
+"""Fine-tuning features as TensorFlow graph ops, for exported SavedModels.
+
+These build, from the tokenizer's ragged ids, exactly the rows that ``xlnet_tf.data.finetuning`` builds
+with numpy (same layouts, truncation, SQuAD windows and max-context flags), so a served model sees what
+the trained model saw. Everything is core TensorFlow ops on ragged / dense tensors (no Python loops over
+data, no ``py_function``), so the functions trace into ``tf.function`` and a SavedModel.
+
+Layouts (see ``xlnet_tf.data.finetuning`` for the original scripts they follow):
+
+* ``classification_inputs``: ``A <sep> B <sep> <cls>`` / ``A <sep> <cls>``, LEFT-padded, segment ids
+  A 0 / B 1 / <cls> 2 / pad 4; pairs truncated as ``_truncate_seq_pair``.
+* ``squad_windows``: ``paragraph <sep> question <sep> <cls>``, RIGHT-padded, segment ids paragraph 0 /
+  question 1 / <cls> 2 / pad 3, ``p_mask``; windows of ``max_seq_len - len(q) - 3`` paragraph tokens
+  stepping ``min(window length, doc_stride)``; ``token_is_max_context``.
+* ``race_inputs``: per option ``article <sep> qa <sep> <cls>``, LEFT-padded, qa keeps its LAST
+  ``max_qa_len`` tokens, the article its first ``max_seq_len - 3 - len(qa)``.
+
+``squad_best_spans`` is ``xlnet_tf.training.finetune.squad_predictions``'s answer selection over the
+windows of each question, as tensors.
+
+Public API: ``byte_to_char_offsets``, ``pad_rows``, ``classification_inputs``, ``squad_windows``,
+``squad_best_spans``, ``race_qa_text``, ``race_inputs``.
+"""
+
+import math
+
+import tensorflow as tf
+
+from xlnet_tf.data.finetuning import (
+    CLS_ID, PAD_ID, SEG_A, SEG_B, SEG_CLS, SEG_PAD, SEP_ID, SQUAD_SEG_CLS, SQUAD_SEG_P, SQUAD_SEG_PAD,
+    SQUAD_SEG_Q)
+
+# ----------------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _positions(rt):
+    """Position of every value of ragged ``rt [B, None]`` inside its row, int64 ``[N]``."""
+    rows = rt.value_rowids()
+    return tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(rt.row_starts(), rows)
+
+
+def _keep_first(rt, keep):
+    """The first ``keep[b]`` values of each row of ``rt`` (``keep`` int64 ``[B]``)."""
+    mask = _positions(rt) < tf.gather(keep, rt.value_rowids())
+    return tf.ragged.boolean_mask(rt, rt.with_flat_values(mask))
+
+
+def _keep_last(rt, keep):
+    """The last ``keep[b]`` values of each row of ``rt``."""
+    rows = rt.value_rowids()
+    mask = _positions(rt) >= tf.gather(rt.row_lengths() - keep, rows)
+    return tf.ragged.boolean_mask(rt, rt.with_flat_values(mask))
+
+
+def _fill_rows(lengths, value, dtype):
+    """Ragged ``[B, None]`` with ``lengths[b]`` copies of ``value`` in row ``b``."""
+    lengths = tf.cast(lengths, tf.int64)
+    return tf.RaggedTensor.from_row_lengths(
+        tf.fill([tf.reduce_sum(lengths)], tf.constant(value, dtype)), lengths, validate=False)
+
+
+def _constant_rows(nrows, values, dtype):
+    """Ragged ``[nrows, len(values)]``: every row is ``values``."""
+    values = tf.constant(values, dtype)
+    dense = tf.tile(values[None], [nrows, 1])
+    return tf.RaggedTensor.from_tensor(dense)
+
+
+def pad_rows(rt, width, pad_value, left=False):
+    """Ragged ``[B, None]`` (rows of at most ``width`` values) -> dense ``[B, width]``.
+
+    Rows are placed at the start (``left=False``: right padding) or at the end (``left=True``: left
+    padding) of their dense row; the rest is ``pad_value``.
+    """
+    rows = rt.value_rowids()
+    pos = _positions(rt)
+    if left:
+        pos += width - tf.gather(rt.row_lengths(), rows)
+    nrows = rt.nrows()
+    dense = tf.fill(tf.stack([nrows, tf.constant(width, tf.int64)]), tf.constant(pad_value, rt.dtype))
+    dense = tf.tensor_scatter_nd_update(dense, tf.stack([rows, pos], 1), rt.values)
+    return tf.ensure_shape(dense, [None, width])
+
+
+def byte_to_char_offsets(strings, offsets):
+    """UTF-8 byte offsets into ``strings [B]`` -> Unicode code point offsets (int64, same ragged shape).
+
+    ``offsets`` is ragged ``[B, None]`` (int) with each value a byte position in its row's string (a
+    character boundary, or the string's length). A code point's index is the number of characters that
+    start before it, so an end offset (exclusive) maps to the end of its character. Characters are those
+    ``tf.strings.unicode_decode`` sees (an invalid byte counts as one U+FFFD), so for valid UTF-8 the
+    result indexes the caller's Python ``str``.
+    """
+    _, starts = tf.strings.unicode_decode_with_offsets(strings, "UTF-8", errors="replace")
+    byte_len = tf.cast(tf.strings.length(strings), tf.int64)
+    base = tf.cumsum(byte_len, exclusive=True)
+    global_starts = starts.values + tf.gather(base, starts.value_rowids())
+    rows = offsets.value_rowids()
+    query = tf.cast(offsets.values, tf.int64) + tf.gather(base, rows)
+    index = tf.searchsorted(global_starts, query, side="left", out_type=tf.int64)
+    return offsets.with_flat_values(index - tf.gather(starts.row_starts(), rows))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Classification / regression
+
+
+def pair_lengths(len_a, len_b, max_len):
+    """``_truncate_seq_pair``'s kept lengths, vectorised (see ``finetuning._pair_lengths``)."""
+    excess = len_a + len_b - max_len
+    shrink_a = len_a > len_b
+    one_sided = excess <= tf.abs(len_a - len_b)
+    keep_a = tf.where(excess <= 0, len_a,
+                      tf.where(one_sided, tf.where(shrink_a, len_a - excess, len_a), (max_len + 1) // 2))
+    keep_b = tf.where(excess <= 0, len_b,
+                      tf.where(one_sided, tf.where(shrink_a, len_b, len_b - excess), max_len // 2))
+    return keep_a, keep_b
+
+
+def classification_inputs(ids_a, ids_b, max_seq_len):
+    """Encoder inputs for classification / regression, as ``finetuning.classification_features``.
+
+    Args:
+      ids_a: ragged int ``[B, None]`` token ids of text A (no special tokens).
+      ids_b: ragged int ``[B, None]`` ids of text B, or ``None`` (single-sentence model). A row of B
+        without tokens makes that example single-sentence, as the numpy builder does.
+      max_seq_len: L (Python int, at least 3).
+    Returns:
+      dict of int32 ``[B, L]``: ``input_ids``, ``segment_ids``, ``padding_mask`` (1 = real token), and
+      ``cls_index`` int32 ``[B]`` (= L - 1, the ``<cls>`` position).
+    """
+    ids_a = tf.cast(ids_a, tf.int32)
+    len_a = ids_a.row_lengths()
+    nrows = ids_a.nrows()
+    if ids_b is None:
+        ids_b = tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int32), tf.zeros_like(len_a))
+    ids_b = tf.cast(ids_b, tf.int32)
+    len_b = ids_b.row_lengths()
+    has_b = len_b > 0
+    pair_a, pair_b = pair_lengths(len_a, len_b, max_seq_len - 3)
+    keep_a = tf.where(has_b, pair_a, tf.minimum(len_a, max_seq_len - 2))
+    keep_b = tf.where(has_b, pair_b, tf.zeros_like(len_b))
+    a, b = _keep_first(ids_a, keep_a), _keep_first(ids_b, keep_b)
+    one = tf.ones_like(len_a)
+    b_sep = tf.cast(has_b, tf.int64)
+    tokens = tf.concat([a, _fill_rows(one, SEP_ID, tf.int32), b, _fill_rows(b_sep, SEP_ID, tf.int32),
+                        _fill_rows(one, CLS_ID, tf.int32)], 1)
+    segments = tf.concat([_fill_rows(keep_a + 1, SEG_A, tf.int32), _fill_rows(keep_b + b_sep, SEG_B, tf.int32),
+                          _fill_rows(one, SEG_CLS, tf.int32)], 1)
+    return {
+        "input_ids": pad_rows(tokens, max_seq_len, PAD_ID, left=True),
+        "segment_ids": pad_rows(segments, max_seq_len, SEG_PAD, left=True),
+        "padding_mask": pad_rows(tf.ones_like(tokens), max_seq_len, 0, left=True),
+        "cls_index": tf.fill(tf.reshape(tf.cast(nrows, tf.int32), [1]), max_seq_len - 1),
+    }
+
+
+# ----------------------------------------------------------------------------------------------------
+# SQuAD
+
+
+def squad_windows(question_ids, context_ids, context_starts, context_ends, max_seq_len, doc_stride=128,
+                  max_query_len=64):
+    """SQuAD windows for a batch of (question, context), as ``finetuning.squad_features`` builds them.
+
+    Args:
+      question_ids: ragged int ``[B, None]`` question ids (the first ``max_query_len`` are kept).
+      context_ids: ragged int ``[B, None]`` paragraph ids.
+      context_starts / context_ends: ragged int ``[B, None]`` span of each paragraph token in its context
+        (any unit: byte or character offsets are copied to the windows as given).
+      max_seq_len, doc_stride, max_query_len: Python ints; ``max_seq_len >= max_query_len + 4``.
+    Returns:
+      dict; W windows in example order (each example's windows consecutive, in order), L = max_seq_len:
+      ``input_ids``, ``segment_ids``, ``padding_mask``, ``p_mask``, ``token_is_max_context`` int32
+      ``[W, L]``; ``token_start`` / ``token_end`` int64 ``[W, L]`` (the paragraph tokens' spans, -1
+      elsewhere); ``cls_index``, ``paragraph_len`` int32 ``[W]``; ``example_index``, ``window_start``
+      (first paragraph token) int64 ``[W]``.
+    """
+    if max_seq_len < max_query_len + 4:
+        raise ValueError(f"max_seq_len ({max_seq_len}) must exceed max_query_len ({max_query_len}) + 3")
+    length = max_seq_len
+    q = tf.cast(question_ids, tf.int32)
+    q = _keep_first(q, tf.minimum(q.row_lengths(), max_query_len))
+    c = tf.cast(context_ids, tf.int32)
+    n_q, n_c = q.row_lengths(), c.row_lengths()
+    span = length - n_q - 3  # paragraph tokens per window
+    step = tf.minimum(span, doc_stride)
+    n_windows = 1 + tf.maximum((n_c - span + step - 1) // step, 0)
+    windows = tf.ragged.range(n_windows)  # [B, K]
+    example = windows.value_rowids()
+    k = windows.values
+    start = k * tf.gather(step, example)
+    plen = tf.maximum(tf.minimum(tf.gather(n_c, example) - start, tf.gather(span, example)), 0)
+
+    # Paragraph tokens of each window: [W, None].
+    offsets = tf.ragged.range(plen)
+    tok_window = offsets.value_rowids()
+    tok_pos = offsets.values + tf.gather(start, tok_window)  # position in the paragraph
+    tok_example = tf.gather(example, tok_window)
+    flat = tf.gather(c.row_starts(), tok_example) + tok_pos
+    para = offsets.with_flat_values(tf.gather(c.values, flat))
+    para_start = offsets.with_flat_values(tf.gather(tf.cast(context_starts.values, tf.int64), flat))
+    para_end = offsets.with_flat_values(tf.gather(tf.cast(context_ends.values, tf.int64), flat))
+
+    # token_is_max_context: the window where the token has the most context, score
+    # min(left, right) + 0.01 * window length, the first window winning ties (_check_is_max_context).
+    radius = max(1, math.ceil((length - 3) / doc_stride))
+    d = tf.range(-radius, radius + 1, dtype=tf.int64)[None]  # [1, 2R+1]
+    tok_k = tf.gather(k, tok_window)[:, None]
+    tok_step = tf.gather(tf.gather(step, example), tok_window)[:, None]
+    tok_span = tf.gather(tf.gather(span, example), tok_window)[:, None]
+    tok_n = tf.gather(n_c, tok_example)[:, None]
+    tok_count = tf.gather(n_windows, tok_example)[:, None]
+    other = tok_k + d
+    o_start = other * tok_step
+    o_len = tf.minimum(tok_n - o_start, tok_span)
+    p = tok_pos[:, None]
+    contains = (other >= 0) & (other < tok_count) & (o_start <= p) & (p < o_start + o_len)
+
+    def score(s, n):
+        return tf.cast(tf.minimum(p - s, s + n - 1 - p), tf.float64) + 0.01 * tf.cast(n, tf.float64)
+
+    own = score(tf.gather(start, tok_window)[:, None], tf.gather(plen, tok_window)[:, None])
+    theirs = score(o_start, o_len)
+    beaten = contains & (((d < 0) & (theirs >= own)) | ((d > 0) & (theirs > own)))
+    max_context = offsets.with_flat_values(tf.cast(~tf.reduce_any(beaten, 1), tf.int32))
+
+    n_windows_total = tf.size(k, out_type=tf.int64)
+    q_rows = tf.gather(q, example)
+    nq_w = tf.gather(n_q, example)
+    ones = tf.ones_like(plen)
+    tokens = tf.concat([para, _fill_rows(ones, SEP_ID, tf.int32), q_rows,
+                        _constant_rows(n_windows_total, [SEP_ID, CLS_ID], tf.int32)], 1)
+    segments = tf.concat([_fill_rows(plen + 1, SQUAD_SEG_P, tf.int32), _fill_rows(nq_w + 1, SQUAD_SEG_Q, tf.int32),
+                          _fill_rows(ones, SQUAD_SEG_CLS, tf.int32)], 1)
+    p_mask = tf.concat([_fill_rows(plen, 0, tf.int32), _fill_rows(nq_w + 2, 1, tf.int32),
+                        _fill_rows(ones, 0, tf.int32)], 1)
+    return {
+        "input_ids": pad_rows(tokens, length, PAD_ID),
+        "segment_ids": pad_rows(segments, length, SQUAD_SEG_PAD),
+        "padding_mask": pad_rows(tf.ones_like(tokens), length, 0),
+        "p_mask": pad_rows(p_mask, length, 1),
+        "token_is_max_context": pad_rows(max_context, length, 0),
+        "token_start": pad_rows(para_start, length, -1),
+        "token_end": pad_rows(para_end, length, -1),
+        "cls_index": tf.cast(plen + nq_w + 2, tf.int32),
+        "paragraph_len": tf.cast(plen, tf.int32),
+        "example_index": example,
+        "window_start": start,
+    }
+
+
+def squad_best_spans(outputs, windows, n_examples, max_answer_length=64):
+    """The best answer span of each question over all its windows, as ``squad_predictions``.
+
+    Candidates: for each window, the head's top ``k1`` starts x top ``k2`` ends (per start); a candidate
+    counts when start and end are paragraph tokens of the window, ``end >= start``, it is at most
+    ``max_answer_length`` tokens long and the window gives the start token its maximal context. Score:
+    ``start_log_prob + end_log_prob``. The highest score wins; ties go to the first candidate in (window,
+    start rank, end rank) order, as the Python loop. The null score is the minimum ``cls_logits`` over the
+    question's windows.
+
+    Args:
+      outputs: the head's inference outputs on the windows (``start_top_log_probs``, ``start_top_index``
+        ``[W, k1]``, ``end_top_log_probs``, ``end_top_index`` ``[W, k1 * k2]`` start-major,
+        ``cls_logits`` ``[W]``).
+      windows: ``squad_windows``' dict for the same windows.
+      n_examples: number of questions (B), int scalar.
+    Returns:
+      dict over B: ``found`` bool (a candidate exists), ``score`` float32 (0 when none), ``window`` int64
+      (index into W), ``start_token`` / ``end_token`` int64 (window positions), ``start`` / ``end`` int64
+      (``token_start`` of the start token, ``max(token_end of the end token, start)``; -1 when none),
+      ``null_score`` float32.
+    """
+    start_lp = outputs["start_top_log_probs"]
+    start_ix = tf.cast(outputs["start_top_index"], tf.int64)
+    end_lp = outputs["end_top_log_probs"]
+    end_ix = tf.cast(outputs["end_top_index"], tf.int64)
+    k1 = start_ix.shape[1]
+    width = end_ix.shape[1]
+    k2 = width // k1
+    start_ix = tf.repeat(start_ix, k2, axis=1)  # [W, k1 * k2], start-major like the ends
+    start_lp = tf.repeat(start_lp, k2, axis=1)
+    plen = tf.cast(windows["paragraph_len"], tf.int64)[:, None]
+    max_context = tf.gather(windows["token_is_max_context"], start_ix, batch_dims=1) > 0
+    valid = ((start_ix < plen) & (end_ix < plen) & (end_ix >= start_ix)
+             & (end_ix - start_ix + 1 <= max_answer_length) & max_context)
+    score = tf.where(valid, start_lp + end_lp, tf.constant(-math.inf, start_lp.dtype))
+
+    example = tf.cast(windows["example_index"], tf.int64)
+    n_windows = tf.shape(score, out_type=tf.int64)[0]
+    flat_score = tf.reshape(score, [-1])
+    flat_valid = tf.reshape(valid, [-1])
+    flat_example = tf.repeat(example, width)
+    flat_index = tf.range(n_windows * width)
+    n_examples = tf.cast(n_examples, tf.int64)
+    best = tf.math.unsorted_segment_max(flat_score, flat_example, n_examples)
+    is_best = flat_valid & (flat_score == tf.gather(best, flat_example))
+    big = n_windows * width
+    first = tf.math.unsorted_segment_min(tf.where(is_best, flat_index, big), flat_example, n_examples)
+    found = first < big
+    first = tf.where(found, first, 0)
+    window = first // width
+    safe = tf.minimum(window, tf.maximum(n_windows - 1, 0))
+    start_token = tf.gather(tf.reshape(start_ix, [-1]), tf.minimum(first, tf.maximum(big - 1, 0)))
+    end_token = tf.gather(tf.reshape(end_ix, [-1]), tf.minimum(first, tf.maximum(big - 1, 0)))
+    token_start = tf.gather_nd(windows["token_start"], tf.stack([safe, start_token], 1))
+    token_end = tf.gather_nd(windows["token_end"], tf.stack([safe, end_token], 1))
+    token_end = tf.maximum(token_end, token_start)
+    none = tf.constant(-1, tf.int64)
+    null_score = tf.math.unsorted_segment_min(outputs["cls_logits"], example, n_examples)
+    return {
+        "found": found,
+        "score": tf.where(found, tf.gather(flat_score, first), tf.zeros_like(best)),
+        "window": tf.where(found, window, none),
+        "start_token": tf.where(found, start_token, none),
+        "end_token": tf.where(found, end_token, none),
+        "start": tf.where(found, token_start, none),
+        "end": tf.where(found, token_end, none),
+        "null_score": null_score,
+    }
+
+
+# ----------------------------------------------------------------------------------------------------
+# RACE
+
+
+def race_qa_text(questions, options):
+    """``finetuning.race_qa_text`` on tensors: questions string ``[B]``, options string ``[B, C]`` -> ``[B, C]``.
+
+    A question holding ``_`` gets the option in place of every ``_`` (literal, no regex); any other
+    question is followed by a space and the option.
+    """
+    n_choices = tf.shape(options)[1]
+    q = tf.repeat(questions, n_choices)  # [B * C], option-minor
+    opt = tf.reshape(options, [-1])
+    pieces = tf.strings.split(q, sep="_")  # ragged [B * C, None]; one piece when there is no "_"
+    rows = pieces.value_rowids()
+    last = _positions(pieces) + 1 == tf.gather(pieces.row_lengths(), rows)
+    glue = tf.where(last, "", tf.gather(opt, rows))
+    cloze = tf.strings.reduce_join(pieces.with_flat_values(tf.strings.join([pieces.values, glue])), axis=1)
+    plain = tf.strings.join([q, opt], separator=" ")
+    text = tf.where(pieces.row_lengths() > 1, cloze, plain)
+    return tf.reshape(text, tf.shape(options))
+
+
+def race_inputs(article_ids, qa_ids, num_choices, max_seq_len, max_qa_len=128):
+    """Multiple-choice encoder inputs, as ``finetuning.race_features``.
+
+    Args:
+      article_ids: ragged int ``[B, None]``.
+      qa_ids: ragged int ``[B * C, None]``, the ids of ``race_qa_text`` row-major (example, option).
+      num_choices: C (Python int).
+      max_seq_len, max_qa_len: Python ints, ``1 <= max_qa_len <= max_seq_len - 3``.
+    Returns:
+      dict of int32 ``[B * C, L]``: ``input_ids``, ``segment_ids``, ``padding_mask`` (reshape to
+      ``[B, C, L]`` for the head).
+    """
+    if not 1 <= max_qa_len <= max_seq_len - 3:
+        raise ValueError(f"max_qa_len ({max_qa_len}) must be between 1 and max_seq_len - 3 ({max_seq_len - 3})")
+    qa = tf.cast(qa_ids, tf.int32)
+    qa = _keep_last(qa, tf.minimum(qa.row_lengths(), max_qa_len))
+    art = tf.gather(tf.cast(article_ids, tf.int32), tf.range(qa.nrows()) // num_choices)
+    n_qa = qa.row_lengths()
+    keep = tf.minimum(art.row_lengths(), max_seq_len - 3 - n_qa)
+    art = _keep_first(art, keep)
+    one = tf.ones_like(n_qa)
+    tokens = tf.concat([art, _fill_rows(one, SEP_ID, tf.int32), qa,
+                        _constant_rows(qa.nrows(), [SEP_ID, CLS_ID], tf.int32)], 1)
+    segments = tf.concat([_fill_rows(keep + 1, SEG_A, tf.int32), _fill_rows(n_qa + 1, SEG_B, tf.int32),
+                          _fill_rows(one, SEG_CLS, tf.int32)], 1)
+    return {
+        "input_ids": pad_rows(tokens, max_seq_len, PAD_ID, left=True),
+        "segment_ids": pad_rows(segments, max_seq_len, SEG_PAD, left=True),
+        "padding_mask": pad_rows(tf.ones_like(tokens), max_seq_len, 0, left=True),
+    }
