@@ -1,1 +1,29 @@
 """Serving: TensorFlow-Serving-compatible client and server (installed as xlnet_tf.serving)."""
+
+# Public names are loaded lazily: `import xlnet_tf.serving.cli` stays cheap (no TensorFlow, no gRPC).
+
+_LAZY = {
+    "serve": "xlnet_tf.serving.server",
+    "ModelServer": "xlnet_tf.serving.server",
+    "Client": "xlnet_tf.serving.client",
+    "ServingError": "xlnet_tf.serving.errors",
+    "BatchingConfig": "xlnet_tf.serving.config",
+    "load_model_config": "xlnet_tf.serving.config",
+    "load_batching_config": "xlnet_tf.serving.config",
+    "add_serve_arguments": "xlnet_tf.serving.cli",
+    "serve_main": "xlnet_tf.serving.cli",
+    "add_query_arguments": "xlnet_tf.serving.cli",
+    "query_main": "xlnet_tf.serving.cli",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'xlnet_tf.serving' has no attribute {name!r}")

@@ -171,6 +171,12 @@ def _create_pretraining_data(args):
     )
 
 
+def _demo(args):
+    from xlnet_tf.demo import run_demo
+
+    run_demo(args.workdir, quick=args.quick)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="xlnet-tf", description="XLNet on Keras 3 / TensorFlow 2.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -239,6 +245,20 @@ def build_parser():
     predict.add_argument("--output", required=True)
     predict.add_argument("--batch-size", type=int, default=32)
     predict.set_defaults(run=_predict)
+
+    demo = commands.add_parser("demo", help="raw text -> pretraining -> fine-tuning -> export -> serving, on one machine")
+    demo.add_argument("--workdir", default="demo_work", help="where every step keeps its output (reused on rerun)")
+    demo.add_argument("--quick", action="store_true", help="a smaller run (under 5 minutes on 2 CPU cores)")
+    demo.set_defaults(run=_demo)
+
+    from xlnet_tf.serving.cli import add_query_arguments, add_serve_arguments, query_main, serve_main
+
+    serve = commands.add_parser("serve", help="serve exported models over TensorFlow Serving's gRPC and REST APIs")
+    add_serve_arguments(serve)
+    serve.set_defaults(run=serve_main)
+    query = commands.add_parser("query", help="query a TensorFlow-Serving-compatible server")
+    add_query_arguments(query)
+    query.set_defaults(run=query_main)
 
     convert = commands.add_parser(
         "convert", help="convert published TF1 checkpoints or transformers weights to an xlnet-tf directory"

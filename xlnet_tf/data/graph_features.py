@@ -18,8 +18,8 @@ Layouts (see ``xlnet_tf.data.finetuning`` for the original scripts they follow):
 ``squad_best_spans`` is ``xlnet_tf.training.finetune.squad_predictions``'s answer selection over the
 windows of each question, as tensors.
 
-Public API: ``byte_to_char_offsets``, ``pad_rows``, ``classification_inputs``, ``squad_windows``,
-``squad_best_spans``, ``race_qa_text``, ``race_inputs``.
+Public API: ``byte_to_char_offsets``, ``keep_first``, ``keep_last``, ``pad_rows``, ``pair_lengths``,
+``classification_inputs``, ``squad_windows``, ``squad_best_spans``, ``race_qa_text``, ``race_inputs``.
 """
 
 import math
@@ -40,13 +40,13 @@ def _positions(rt):
     return tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(rt.row_starts(), rows)
 
 
-def _keep_first(rt, keep):
+def keep_first(rt, keep):
     """The first ``keep[b]`` values of each row of ``rt`` (``keep`` int64 ``[B]``)."""
     mask = _positions(rt) < tf.gather(keep, rt.value_rowids())
     return tf.ragged.boolean_mask(rt, rt.with_flat_values(mask))
 
 
-def _keep_last(rt, keep):
+def keep_last(rt, keep):
     """The last ``keep[b]`` values of each row of ``rt``."""
     rows = rt.value_rowids()
     mask = _positions(rt) >= tf.gather(rt.row_lengths() - keep, rows)
@@ -141,7 +141,7 @@ def classification_inputs(ids_a, ids_b, max_seq_len):
     pair_a, pair_b = pair_lengths(len_a, len_b, max_seq_len - 3)
     keep_a = tf.where(has_b, pair_a, tf.minimum(len_a, max_seq_len - 2))
     keep_b = tf.where(has_b, pair_b, tf.zeros_like(len_b))
-    a, b = _keep_first(ids_a, keep_a), _keep_first(ids_b, keep_b)
+    a, b = keep_first(ids_a, keep_a), keep_first(ids_b, keep_b)
     one = tf.ones_like(len_a)
     b_sep = tf.cast(has_b, tf.int64)
     tokens = tf.concat([a, _fill_rows(one, SEP_ID, tf.int32), b, _fill_rows(b_sep, SEP_ID, tf.int32),
@@ -181,7 +181,7 @@ def squad_windows(question_ids, context_ids, context_starts, context_ends, max_s
         raise ValueError(f"max_seq_len ({max_seq_len}) must exceed max_query_len ({max_query_len}) + 3")
     length = max_seq_len
     q = tf.cast(question_ids, tf.int32)
-    q = _keep_first(q, tf.minimum(q.row_lengths(), max_query_len))
+    q = keep_first(q, tf.minimum(q.row_lengths(), max_query_len))
     c = tf.cast(context_ids, tf.int32)
     n_q, n_c = q.row_lengths(), c.row_lengths()
     span = length - n_q - 3  # paragraph tokens per window
@@ -360,11 +360,11 @@ def race_inputs(article_ids, qa_ids, num_choices, max_seq_len, max_qa_len=128):
     if not 1 <= max_qa_len <= max_seq_len - 3:
         raise ValueError(f"max_qa_len ({max_qa_len}) must be between 1 and max_seq_len - 3 ({max_seq_len - 3})")
     qa = tf.cast(qa_ids, tf.int32)
-    qa = _keep_last(qa, tf.minimum(qa.row_lengths(), max_qa_len))
+    qa = keep_last(qa, tf.minimum(qa.row_lengths(), max_qa_len))
     art = tf.gather(tf.cast(article_ids, tf.int32), tf.range(qa.nrows()) // num_choices)
     n_qa = qa.row_lengths()
     keep = tf.minimum(art.row_lengths(), max_seq_len - 3 - n_qa)
-    art = _keep_first(art, keep)
+    art = keep_first(art, keep)
     one = tf.ones_like(n_qa)
     tokens = tf.concat([art, _fill_rows(one, SEP_ID, tf.int32), qa,
                         _constant_rows(qa.nrows(), [SEP_ID, CLS_ID], tf.int32)], 1)

@@ -1,0 +1,241 @@
+"""A client for TensorFlow Serving's gRPC API (this package's server or tensorflow_model_server).
+
+    client = Client("localhost:8500", "sentiment")
+    client.classify(["a fine film"])          # [{"label": "positive", "label_id": 1, "probabilities": [...]}]
+    client.answer(["who?"], ["Ada wrote it."])  # [{"answer": "Ada", "start": 0, "end": 3, ...}]
+    client.encode(["a fine film"])            # {"sequence_output": ndarray, "pooled_output": ..., ...}
+    client.predict({"text": ["..."]}, signature_name="tokenize")  # any signature -> {name: ndarray}
+
+Each call has a deadline (`timeout` seconds) and is retried on UNAVAILABLE only (server starting,
+restarting, connection refused), `retries` times with exponential backoff; other failures raise
+ServingError with the server's code and message. Message-size limits are raised above gRPC's 4 MB.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+import numpy as np
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
+
+from .errors import ServingError
+from .tensors import dtype_name, from_ndarray, shape_of, to_ndarray
+
+DEFAULT_MAX_MESSAGE_BYTES = 512 << 20
+
+
+def _strings(values, what):
+    if isinstance(values, (str, bytes)):
+        values = [values]
+    values = list(values)
+    for value in values:
+        if not isinstance(value, (str, bytes)):
+            raise TypeError(f"{what} must be strings, got {type(value).__name__}")
+    return values
+
+
+def _text(value):
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class Client:
+    """gRPC client for one model (and optionally one version) on a TensorFlow-Serving-compatible server."""
+
+    def __init__(self, target, model_name, version=None, timeout=10.0, retries=3, *, version_label=None,
+                 backoff=0.1, max_backoff=2.0, max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES, channel=None):
+        self.target = target
+        self.model_name = model_name
+        self.version = version
+        self.version_label = version_label
+        self.timeout = timeout
+        self.retries = int(retries)
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        options = [("grpc.max_send_message_length", max_message_bytes),
+                   ("grpc.max_receive_message_length", max_message_bytes),
+                   # Reconnect soon after a refused connection, so that our retries can reach a server
+                   # that has just started (gRPC's own reconnect backoff starts at 1 s and grows).
+                   ("grpc.initial_reconnect_backoff_ms", 100),
+                   ("grpc.min_reconnect_backoff_ms", 100),
+                   ("grpc.max_reconnect_backoff_ms", 1000)]
+        self._own_channel = channel is None
+        self.channel = channel or grpc.insecure_channel(target, options=options)
+        self._predict = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
+        self._models = model_service_pb2_grpc.ModelServiceStub(self.channel)
+        self._signatures = None
+        self._lock = threading.Lock()
+        self.last_version = None  # the version that answered the last predict (response model_spec)
+
+    def close(self):
+        if self._own_channel:
+            self.channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- plumbing -------------------------------------------------------------------------------------
+
+    def _spec(self, spec, signature_name=None):
+        spec.name = self.model_name
+        if self.version is not None:
+            spec.version.value = int(self.version)
+        elif self.version_label:
+            spec.version_label = self.version_label
+        if signature_name:
+            spec.signature_name = signature_name
+
+    def _call(self, method, request):
+        attempt = 0
+        while True:
+            try:
+                return method(request, timeout=self.timeout)
+            except grpc.RpcError as error:
+                code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+                if code == grpc.StatusCode.UNAVAILABLE and attempt < self.retries:
+                    time.sleep(min(self.max_backoff, self.backoff * (2 ** attempt)))
+                    attempt += 1
+                    continue
+                details = error.details() if hasattr(error, "details") else str(error)
+                raise ServingError(code, details or code.name) from None
+
+    # -- generic --------------------------------------------------------------------------------------
+
+    def predict(self, inputs, signature_name="serving_default", output_filter=None):
+        """Runs a signature: inputs {alias: array-like (str lists become DT_STRING)} -> {alias: ndarray}."""
+        request = predict_pb2.PredictRequest()
+        self._spec(request.model_spec, signature_name)
+        for alias, value in inputs.items():
+            if hasattr(value, "tensor_shape"):  # already a TensorProto
+                request.inputs[alias].CopyFrom(value)
+                continue
+            if isinstance(value, (list, tuple)) and len(value) == 0:  # an empty batch: the signature's dtype
+                value = np.zeros((0,), dtype=self._input_dtype(signature_name, alias))
+            request.inputs[alias].CopyFrom(from_ndarray(value))
+        if output_filter:
+            request.output_filter.extend(output_filter)
+        response = self._call(self._predict.Predict, request)
+        if response.model_spec.HasField("version"):
+            self.last_version = response.model_spec.version.value
+        return {alias: to_ndarray(tensor) for alias, tensor in response.outputs.items()}
+
+    def metadata(self):
+        """{"model", "version", "signatures": {name: {"method_name", "inputs", "outputs"}}}; inputs and
+        outputs are {alias: {"dtype": "DT_STRING", "shape": [-1] (None: unknown rank), "name": tensor}}."""
+        request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+        self._spec(request.model_spec)
+        response = self._call(self._predict.GetModelMetadata, request)
+        signature_map = get_model_metadata_pb2.SignatureDefMap()
+        response.metadata["signature_def"].Unpack(signature_map)
+
+        def tensors(infos):
+            return {alias: {"dtype": dtype_name(info.dtype), "shape": shape_of(info.tensor_shape),
+                            "name": info.name} for alias, info in sorted(infos.items())}
+
+        signatures = {name: {"method_name": sig.method_name, "inputs": tensors(sig.inputs),
+                             "outputs": tensors(sig.outputs)}
+                      for name, sig in sorted(signature_map.signature_def.items())}
+        return {"model": response.model_spec.name, "version": response.model_spec.version.value,
+                "signatures": signatures}
+
+    def status(self):
+        """[{"version", "state" (e.g. "AVAILABLE"), "error_code", "error_message"}] of the model's versions."""
+        request = get_model_status_pb2.GetModelStatusRequest()
+        self._spec(request.model_spec)
+        response = self._call(self._models.GetModelStatus, request)
+        states = get_model_status_pb2.ModelVersionStatus.State
+        return [{"version": s.version, "state": states.Name(s.state), "error_code": int(s.status.error_code),
+                 "error_message": s.status.error_message} for s in response.model_version_status]
+
+    def _input_dtype(self, signature_name, alias):
+        from .tensors import DT, numpy_dtype
+
+        self._signature_inputs(signature_name)
+        spec = self._signatures[signature_name]["inputs"].get(alias)
+        dtype = numpy_dtype(DT.Value(spec["dtype"])) if spec else None
+        return dtype or object
+
+    def _signature_inputs(self, signature_name):
+        with self._lock:
+            if self._signatures is None:
+                self._signatures = self.metadata()["signatures"]
+            signatures = self._signatures
+        if signature_name not in signatures:
+            raise ServingError(grpc.StatusCode.FAILED_PRECONDITION,
+                               f'Serving signature key "{signature_name}" not found '
+                               f"(signatures: {', '.join(sorted(signatures))})")
+        return set(signatures[signature_name]["inputs"])
+
+    # -- task helpers ---------------------------------------------------------------------------------
+
+    def classify(self, texts, text_b=None, signature_name="serving_default"):
+        """Classification (or regression) of texts or text pairs -> one dict per text.
+
+        Classification: {"label", "label_id", "probabilities", "logits"}; regression: {"prediction"}.
+        The input names (`text`, or `text_a` + `text_b`) are read from the model's signature.
+        """
+        texts = _strings(texts, "texts")
+        names = self._signature_inputs(signature_name)
+        if text_b is None:
+            if "text" in names:
+                inputs = {"text": texts}
+            elif {"text_a", "text_b"} <= names:
+                raise ValueError("this model classifies text pairs: give text_b")
+            else:
+                raise ValueError(f"signature {signature_name!r} takes {sorted(names)}, not text")
+        else:
+            text_b = _strings(text_b, "text_b")
+            if len(text_b) != len(texts):
+                raise ValueError(f"{len(texts)} texts but {len(text_b)} text_b")
+            if not {"text_a", "text_b"} <= names:
+                raise ValueError(f"this model takes {sorted(names)}, not text pairs (text_a, text_b)")
+            inputs = {"text_a": texts, "text_b": text_b}
+        outputs = self.predict(inputs, signature_name)
+        results = []
+        for i in range(len(texts)):
+            if "prediction" in outputs and "probabilities" not in outputs:
+                results.append({"prediction": float(np.asarray(outputs["prediction"][i]).reshape(-1)[0])})
+                continue
+            row = {}
+            if "label" in outputs:
+                row["label"] = _text(outputs["label"][i])
+            if "label_id" in outputs:
+                row["label_id"] = int(outputs["label_id"][i])
+            if "probabilities" in outputs:
+                row["probabilities"] = [float(p) for p in outputs["probabilities"][i]]
+            if "logits" in outputs:
+                row["logits"] = [float(p) for p in outputs["logits"][i]]
+            results.append(row)
+        return results
+
+    def answer(self, questions, contexts, signature_name="serving_default"):
+        """Extractive QA -> [{"answer", "start", "end", "score", "no_answer_probability"}] per question."""
+        questions = _strings(questions, "questions")
+        contexts = _strings(contexts, "contexts")
+        if len(questions) != len(contexts):
+            raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts")
+        outputs = self.predict({"question": questions, "context": contexts}, signature_name)
+        results = []
+        for i in range(len(questions)):
+            row = {"answer": _text(outputs["answer"][i])}
+            for key, name, cast in (("start", "answer_start", int), ("end", "answer_end", int),
+                                    ("score", "score", float),
+                                    ("no_answer_probability", "no_answer_probability", float)):
+                if name in outputs:
+                    row[key] = cast(outputs[name][i])
+            results.append(row)
+        return results
+
+    def encode(self, texts, signature_name="encode"):
+        """Encoder outputs of texts: {"sequence_output" [B,L,d], "pooled_output" [B,d], "padding_mask" [B,L]}."""
+        return self.predict({"text": _strings(texts, "texts")}, signature_name)

@@ -1,0 +1,334 @@
+"""Model versions on disk -> loaded servables, like TensorFlow Serving's file-system source and manager.
+
+Each model has a base path holding version directories named by integers (`BASE/1`, `BASE/00002`); any
+other name (e.g. an exporter's `.tmp-...` directory) is ignored. A poller (every `poll_interval` seconds)
+lists the base paths and applies each model's version policy (latest N, all, specific):
+
+* a new aspired version is loaded (state LOADING), its warmup requests
+  (`assets.extra/tf_serving_warmup_requests`) are replayed, and only then is it AVAILABLE and routed to;
+* a version no longer aspired is unloaded only once an aspired version is AVAILABLE (availability
+  preserving, TensorFlow Serving's default): it stops taking requests (UNLOADING), the requests already
+  running on it finish (drain, bounded by `drain_timeout`), then its Session is closed (END);
+* a load that fails (e.g. a directory still being copied) is retried on later polls, at most
+  `max_load_retries` times for unchanged files; the directory's files (names, sizes, mtimes) are compared
+  before and after the load, and a load of files that changed meanwhile is thrown away and retried;
+* a base path with no version directory leaves the loaded versions serving.
+
+Requests pick the highest AVAILABLE version, a specific one, or one named by a version label.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import re
+import threading
+import time
+
+from . import errors
+from .servable import Servable
+
+log = logging.getLogger("xlnet_tf.serving")
+
+_VERSION_DIR = re.compile(r"^\d+$")
+
+START, LOADING, AVAILABLE, UNLOADING, END = "START", "LOADING", "AVAILABLE", "UNLOADING", "END"
+
+
+def list_versions(base_path):
+    """{version: directory} of the integer-named directories under base_path ({} if it is missing)."""
+    found = {}
+    try:
+        entries = list(os.scandir(base_path))
+    except (FileNotFoundError, NotADirectoryError):
+        return found
+    for entry in entries:
+        if _VERSION_DIR.match(entry.name) and entry.is_dir():
+            found.setdefault(int(entry.name), entry.path)
+    return found
+
+
+def _fingerprint(path):
+    items = []
+    for root, _, files in os.walk(path):
+        for name in files:
+            full = os.path.join(root, name)
+            try:
+                stat = os.stat(full)
+            except OSError:
+                continue
+            items.append((os.path.relpath(full, path), stat.st_size, stat.st_mtime_ns))
+    return tuple(sorted(items))
+
+
+class VersionState:
+    """A version's lifecycle state, its servable while loaded, and the requests running on it."""
+
+    def __init__(self, model, version, path):
+        self.model = model
+        self.version = version
+        self.path = path
+        self.state = START
+        self.error = None  # ServingError of a failed load
+        self.servable = None
+        self.inflight = 0
+        self.failures = 0
+        self.failed_fingerprint = None
+        self.available_at = None
+
+
+class Handle:
+    """A servable held for one request: released (and the version's drain counter updated) on exit."""
+
+    def __init__(self, model, state):
+        self._model = model
+        self.state = state
+        self.servable = state.servable
+        self.version = state.version
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._model.release(self.state)
+
+
+class ServedModel:
+    """One configured model: its versions and their states."""
+
+    def __init__(self, entry, manager):
+        self.entry = entry
+        self.name = entry.name
+        self.labels = dict(entry.labels)
+        self.manager = manager
+        self.versions = {}  # version -> VersionState
+        self._cond = threading.Condition()
+
+    # -- routing --------------------------------------------------------------------------------------
+
+    def acquire(self, version=None, label=None) -> Handle:
+        with self._cond:
+            if label:
+                if label not in self.labels:
+                    raise errors.invalid_argument(f"Unrecognized servable version label: {label} (model "
+                                                  f"{self.name} has labels {sorted(self.labels) or 'none'})")
+                version = self.labels[label]
+            if version is None:
+                available = [s for s in self.versions.values() if s.state == AVAILABLE]
+                if not available:
+                    raise errors.failed_precondition(
+                        f"model {self.name} has no version available yet ({self._describe()})")
+                state = max(available, key=lambda s: s.version)
+            else:
+                state = self.versions.get(int(version))
+                if state is None or state.state in (UNLOADING, END) and state.error is None:
+                    raise errors.not_found(f"version {version} of model {self.name} is not served "
+                                           f"({self._describe()})")
+                if state.state != AVAILABLE:
+                    reason = f": {state.error.message}" if state.error else ""
+                    raise errors.failed_precondition(
+                        f"version {version} of model {self.name} is not available yet "
+                        f"(state {state.state}{reason})")
+            state.inflight += 1
+            return Handle(self, state)
+
+    def release(self, state):
+        with self._cond:
+            state.inflight -= 1
+            if state.inflight == 0:
+                self._cond.notify_all()
+
+    def _describe(self):
+        if not self.versions:
+            return f"no version directory found under {self.entry.base_path}"
+        return ", ".join(f"version {v}: {s.state}" for v, s in sorted(self.versions.items()))
+
+    def status(self, version=None, label=None):
+        """[(version, state, error or None)] like GetModelStatus (NOT_FOUND when nothing is known)."""
+        with self._cond:
+            if label:
+                if label not in self.labels:
+                    raise errors.invalid_argument(f"Unrecognized servable version label: {label}")
+                version = self.labels[label]
+            if version is not None:
+                state = self.versions.get(int(version))
+                if state is None:
+                    raise errors.not_found(f"Could not find version {version} of model {self.name}")
+                return [(state.version, state.state, state.error)]
+            if not self.versions:
+                raise errors.not_found(f"Could not find any versions of model {self.name}")
+            return [(s.version, s.state, s.error) for _, s in sorted(self.versions.items())]
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def reconcile(self):
+        """One poll: load new aspired versions (with warmup), then unload those no longer aspired."""
+        on_disk = list_versions(self.entry.base_path)
+        if not on_disk:
+            if not self.versions:
+                self.manager.note_once(self.name, f"no version directory under {self.entry.base_path} yet")
+            return
+        aspired = self.entry.aspired(on_disk)
+        for version in sorted(aspired, reverse=True):  # newest first: it is what 'latest' serves
+            if self.manager.stopping:
+                return
+            with self._cond:
+                state = self.versions.get(version)
+                if state is None:
+                    state = self.versions[version] = VersionState(self.name, version, on_disk[version])
+                elif state.state == AVAILABLE or state.state == LOADING:
+                    continue
+                elif state.state in (UNLOADING,):
+                    continue
+                elif state.state == END and state.error is None:
+                    state = self.versions[version] = VersionState(self.name, version, on_disk[version])
+            if state.error is not None and state.failures >= self.manager.max_load_retries \
+                    and _fingerprint(state.path) == state.failed_fingerprint:
+                continue
+            self._load(state)
+        with self._cond:
+            if not any(s.state == AVAILABLE and s.version in aspired for s in self.versions.values()):
+                return  # availability preserving: keep what serves until an aspired version does
+            retired = [s for s in self.versions.values() if s.version not in aspired and s.state == AVAILABLE]
+            for state in retired:
+                state.state = UNLOADING
+        for state in retired:
+            self._unload(state)
+
+    def _load(self, state):
+        with self._cond:
+            state.state = LOADING
+        manager = self.manager
+        started = time.monotonic()
+        before = _fingerprint(state.path)
+        servable = Servable(self.name, state.version, state.path, manager.session_config, manager.validate_utf8)
+        try:
+            servable.load()
+            warmed = servable.warmup(manager.warmup_iterations) if manager.enable_warmup else 0
+            if _fingerprint(state.path) != before:
+                raise errors.ServingError("UNAVAILABLE", "the version directory changed while loading")
+        except Exception as error:  # noqa: BLE001 - a bad version must not stop the server
+            servable.close()
+            serving_error = error if isinstance(error, errors.ServingError) else \
+                errors.ServingError.from_tf_error(error) if hasattr(error, "error_code") else \
+                errors.ServingError("UNKNOWN", f"{type(error).__name__}: {error}")
+            with self._cond:
+                state.state = END
+                state.error = serving_error
+                state.failures += 1
+                state.failed_fingerprint = _fingerprint(state.path)
+            manager.record(self.name, state.version, "load_failed", serving_error.message)
+            log.warning("model %s version %d failed to load (attempt %d): %s", self.name, state.version,
+                        state.failures, serving_error.message)
+            return
+        with self._cond:
+            state.servable = servable
+            state.error = None
+            state.state = AVAILABLE
+            state.available_at = time.monotonic()
+        manager.record(self.name, state.version, "available", f"warmup requests: {warmed}")
+        log.info("model %s version %d loaded in %.2fs (%d warmup requests) from %s", self.name,
+                 state.version, time.monotonic() - started, warmed, state.path)
+
+    def _unload(self, state):
+        manager = self.manager
+        manager.record(self.name, state.version, "unloading", "")
+        deadline = time.monotonic() + manager.drain_timeout
+        with self._cond:
+            while state.inflight > 0 and time.monotonic() < deadline:
+                self._cond.wait(max(0.01, deadline - time.monotonic()))
+            left = state.inflight
+        if left:
+            log.warning("model %s version %d: %d requests still running after %.0fs; unloading anyway",
+                        self.name, state.version, left, manager.drain_timeout)
+        servable = state.servable
+        with self._cond:
+            state.servable = None
+            state.state = END
+        if servable is not None:
+            servable.close()
+        manager.record(self.name, state.version, "unloaded", f"{left} requests cut off")
+        log.info("model %s version %d unloaded", self.name, state.version)
+
+    def unload_all(self):
+        with self._cond:
+            states = [s for s in self.versions.values() if s.state == AVAILABLE]
+            for state in states:
+                state.state = UNLOADING
+        for state in states:
+            self._unload(state)
+
+
+class ModelManager:
+    """All configured models, a poller thread that follows their base paths, and an event log."""
+
+    def __init__(self, entries, poll_interval=1.0, enable_warmup=True, warmup_iterations=1,
+                 max_load_retries=5, drain_timeout=30.0, session_config=None, validate_utf8=True):
+        self.models = collections.OrderedDict((e.name, ServedModel(e, self)) for e in entries)
+        self.poll_interval = poll_interval
+        self.enable_warmup = enable_warmup
+        self.warmup_iterations = warmup_iterations
+        self.max_load_retries = max_load_retries
+        self.drain_timeout = drain_timeout
+        self.session_config = session_config
+        self.validate_utf8 = validate_utf8
+        self.stopping = False
+        self.events = collections.deque(maxlen=1000)  # (monotonic time, model, version, event, detail)
+        self._events_lock = threading.Lock()
+        self._noted = set()
+        self._wake = threading.Event()
+        self._thread = None
+        self._poll_lock = threading.Lock()
+
+    def model(self, name) -> ServedModel:
+        try:
+            return self.models[name]
+        except KeyError:
+            raise errors.not_found(f"Servable not found for request: model {name!r} is not served here "
+                                   f"(models: {', '.join(self.models)})") from None
+
+    def acquire(self, name, version=None, label=None) -> Handle:
+        return self.model(name).acquire(version, label)
+
+    def record(self, model, version, event, detail):
+        with self._events_lock:
+            self.events.append((time.monotonic(), model, version, event, detail))
+
+    def note_once(self, key, message):
+        if key not in self._noted:
+            self._noted.add(key)
+            log.warning("model %s: %s", key, message)
+
+    def poll_once(self):
+        with self._poll_lock:
+            for model in self.models.values():
+                if self.stopping:
+                    return
+                try:
+                    model.reconcile()
+                except Exception:  # noqa: BLE001 - keep polling the other models
+                    log.exception("model %s: poll failed", model.name)
+
+    def start(self):
+        """Loads what is on disk now (blocking, like tensorflow_model_server), then polls in a thread."""
+        self.poll_once()
+        if self.poll_interval and self.poll_interval > 0:
+            self._thread = threading.Thread(target=self._poll_loop, name="version-poller", daemon=True)
+            self._thread.start()
+
+    def _poll_loop(self):
+        while not self.stopping:
+            self._wake.wait(self.poll_interval)
+            if self.stopping:
+                return
+            self.poll_once()
+
+    def stop(self):
+        self.stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._poll_lock:
+            for model in self.models.values():
+                model.unload_all()

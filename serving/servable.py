@@ -1,0 +1,249 @@
+"""One loaded model version: a SavedModel in a TF1 Session, run SignatureDef by SignatureDef.
+
+This is what TensorFlow Serving's C++ server does with a SavedModel bundle: load the MetaGraphDef tagged
+"serve" into a Session on its own graph (`tf.compat.v1.saved_model.loader.load`, which restores the
+variables and runs the init op, e.g. vocabulary tables), then feed and fetch tensors by the names the
+SignatureDef gives. `tensorflow_text` is imported first so its ops are registered.
+
+Request checks (before anything runs): every signature input is present (or has a default) and nothing
+else is sent; dtypes match exactly; ranks and fixed dimensions match the SignatureDef's shapes; DT_STRING
+inputs of predict signatures are valid UTF-8 unless their alias ends in `_bytes` (TF Serving's REST
+convention for binary strings); output_filter names exist and are not repeated.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+
+from . import errors
+from .tensors import dtype_name, numpy_dtype, shape_of, to_ndarray
+
+log = logging.getLogger("xlnet_tf.serving")
+
+WARMUP_FILE = "assets.extra/tf_serving_warmup_requests"
+MAX_WARMUP_RECORDS = 1000  # TensorFlow Serving's WarmupConsts::kMaxNumRecords
+PREDICT_METHOD = "tensorflow/serving/predict"
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+REGRESS_METHOD = "tensorflow/serving/regress"
+DEFAULT_SIGNATURE = "serving_default"
+
+
+class Prepared:
+    """A checked request: which signature, the input arrays (by alias) and the outputs to fetch."""
+
+    __slots__ = ("signature_name", "inputs", "output_aliases", "batch_size")
+
+    def __init__(self, signature_name, inputs, output_aliases, batch_size):
+        self.signature_name = signature_name
+        self.inputs = inputs
+        self.output_aliases = output_aliases
+        self.batch_size = batch_size  # common dim 0 of all inputs, or None (scalars / differing sizes)
+
+    def batch_key(self):
+        """Requests with equal keys can be concatenated along dim 0."""
+        return (self.signature_name, self.output_aliases,
+                tuple((alias, a.dtype.str, a.shape[1:]) for alias, a in sorted(self.inputs.items())))
+
+
+class Servable:
+    """A SavedModel version loaded in its own graph and Session."""
+
+    def __init__(self, name, version, path, session_config=None, validate_utf8=True):
+        self.name = name
+        self.version = int(version)
+        self.path = str(path)
+        self.validate_utf8 = validate_utf8
+        self._session_config = session_config
+        self.session = None
+        self.signatures = {}
+        self._callables = {}
+        self._lock = threading.Lock()
+        self.warmup_requests_run = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def load(self):
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401 - registers the TF Text ops the graph may use
+
+        graph = tf.Graph()
+        session = tf.compat.v1.Session(graph=graph, config=self._session_config)
+        try:
+            try:
+                from tensorflow.python.util import deprecation
+
+                silence = deprecation.silence()
+            except (ImportError, AttributeError):  # pragma: no cover - older/newer TF
+                import contextlib
+
+                silence = contextlib.nullcontext()
+            with silence:
+                meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], self.path)
+        except Exception:
+            session.close()
+            raise
+        self.session = session
+        self.signatures = {k: v for k, v in meta_graph.signature_def.items() if not k.startswith("__")}
+        if not self.signatures:
+            raise ValueError(f"{self.path} has no SignatureDefs")
+        return self
+
+    def close(self):
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+        self._callables.clear()
+
+    # -- requests -------------------------------------------------------------------------------------
+
+    def signature(self, signature_name):
+        name = signature_name or DEFAULT_SIGNATURE
+        try:
+            return name, self.signatures[name]
+        except KeyError:
+            # TensorFlow Serving's code and wording (predict_util.cc).
+            raise errors.failed_precondition(
+                f'Serving signature key "{name}" not found. Signatures of {self.name} version '
+                f"{self.version}: {', '.join(sorted(self.signatures))}") from None
+
+    def prepare(self, signature_name, inputs, output_filter=()) -> Prepared:
+        """Checks a request against the SignatureDef (see the module docstring) -> Prepared."""
+        name, signature = self.signature(signature_name)
+        if signature.method_name not in ("", PREDICT_METHOD, CLASSIFY_METHOD, REGRESS_METHOD):
+            raise errors.ServingError("INTERNAL", f"signature {name!r} has method_name "
+                                      f"{signature.method_name!r}, which Predict cannot run")
+        expected, sent = set(signature.inputs), set(inputs)
+        defaults = set(signature.defaults) if hasattr(signature, "defaults") else set()
+        missing, extra = expected - sent - defaults, sent - expected
+        if missing or extra:
+            raise errors.invalid_argument(
+                f"input size does not match signature {name!r}: sent {{{', '.join(sorted(sent))}}}, the "
+                f"signature takes {{{', '.join(sorted(expected))}}}. Missing but required: "
+                f"{{{', '.join(sorted(missing))}}}. Sent extra: {{{', '.join(sorted(extra))}}}.")
+        arrays = {}
+        for alias in sorted(expected):
+            info = signature.inputs[alias]
+            if alias in inputs:
+                array = self._check_input(name, signature, alias, info, inputs[alias])
+            else:
+                array = to_ndarray(signature.defaults[alias])
+            arrays[alias] = array
+        outputs = tuple(output_filter) if output_filter else tuple(sorted(signature.outputs))
+        seen = set()
+        for alias in outputs:
+            if alias not in signature.outputs:
+                raise errors.invalid_argument(
+                    f"output tensor alias not found in signature {name!r}: {alias}. Outputs are "
+                    f"{{{', '.join(sorted(signature.outputs))}}}.")
+            if alias in seen:
+                raise errors.invalid_argument(f"duplicate output tensor alias: {alias}")
+            seen.add(alias)
+        sizes = {a.shape[0] if a.ndim else None for a in arrays.values()}
+        batch = sizes.pop() if len(sizes) == 1 else None
+        return Prepared(name, arrays, outputs, batch)
+
+    def _check_input(self, signature_name, signature, alias, info, array):
+        dtype = info.dtype
+        np_dtype = numpy_dtype(dtype)
+        got = _dtype_of(array)
+        if got != dtype:
+            raise errors.invalid_argument(
+                f"input '{alias}' of signature {signature_name!r} expects {dtype_name(dtype)} but the "
+                f"request has {dtype_name(got) if got is not None else array.dtype}")
+        want = shape_of(info.tensor_shape)
+        if want is not None:
+            if len(want) != array.ndim or any(w >= 0 and w != s for w, s in zip(want, array.shape)):
+                raise errors.invalid_argument(
+                    f"input '{alias}' of signature {signature_name!r} expects shape "
+                    f"{_shape_text(want)} but the request has {_shape_text(array.shape)}")
+        if dtype == 7 and self.validate_utf8 and not alias.endswith("_bytes") \
+                and signature.method_name in ("", PREDICT_METHOD):
+            for index, value in enumerate(array.reshape(-1).tolist()):
+                try:
+                    value.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise errors.invalid_argument(
+                        f"input '{alias}' element {index} is not valid UTF-8 ({error.reason} at byte "
+                        f"{error.start}); text inputs must be UTF-8 (send binary data in an input "
+                        "named *_bytes)") from None
+        if np_dtype is not None and np_dtype is not np.object_ and array.dtype != np_dtype:
+            array = array.astype(np_dtype)
+        return array
+
+    def run(self, prepared: Prepared, inputs=None):
+        """Runs the signature on `inputs` (default: the prepared ones) -> {output alias: ndarray}."""
+        import tensorflow as tf
+
+        inputs = prepared.inputs if inputs is None else inputs
+        aliases = tuple(sorted(inputs))
+        key = (prepared.signature_name, aliases, prepared.output_aliases)
+        function = self._callables.get(key)
+        if function is None:
+            with self._lock:
+                if self.session is None:
+                    raise errors.failed_precondition(f"version {self.version} of {self.name} is unloaded")
+                signature = self.signatures[prepared.signature_name]
+                function = self.session.make_callable(
+                    [signature.outputs[a].name for a in prepared.output_aliases],
+                    feed_list=[signature.inputs[a].name for a in aliases])
+                self._callables[key] = function
+        try:
+            values = function(*[inputs[a] for a in aliases])
+        except tf.errors.OpError as error:
+            raise errors.ServingError.from_tf_error(error) from None
+        except (ValueError, TypeError) as error:
+            raise errors.invalid_argument(str(error)) from None
+        return dict(zip(prepared.output_aliases, values))
+
+    # -- warmup ---------------------------------------------------------------------------------------
+
+    def warmup(self, iterations=1):
+        """Replays assets.extra/tf_serving_warmup_requests (PredictionLog TFRecords); returns the count.
+
+        Like TensorFlow Serving: more than 1000 records or a failing request fails the load. Only
+        predict_log records are replayed (this server has no Classify/Regress/MultiInference); others are
+        skipped with a warning.
+        """
+        import os
+
+        path = os.path.join(self.path, WARMUP_FILE)
+        if not os.path.exists(path):
+            return 0
+        import tensorflow as tf
+        from tensorflow_serving.apis import prediction_log_pb2
+
+        count = skipped = 0
+        for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+            count += 1
+            if count > MAX_WARMUP_RECORDS:
+                raise errors.invalid_argument(
+                    f"more than {MAX_WARMUP_RECORDS} warmup records in {path}")
+            entry = prediction_log_pb2.PredictionLog.FromString(record)
+            if entry.WhichOneof("log_type") != "predict_log":
+                skipped += 1
+                continue
+            request = entry.predict_log.request
+            arrays = {alias: to_ndarray(tensor) for alias, tensor in request.inputs.items()}
+            prepared = self.prepare(request.model_spec.signature_name, arrays, tuple(request.output_filter))
+            for _ in range(max(1, iterations)):
+                self.run(prepared)
+                self.warmup_requests_run += 1
+        if skipped:
+            log.warning("%s version %d: skipped %d warmup records that are not predict_log",
+                        self.name, self.version, skipped)
+        return self.warmup_requests_run
+
+
+def _dtype_of(array):
+    from .tensors import _FROM_NUMPY
+
+    if array.dtype == object or array.dtype.kind in "SU":
+        return 7  # DT_STRING
+    return _FROM_NUMPY.get(array.dtype)
+
+
+def _shape_text(shape):
+    return "[" + ",".join("?" if s is None or s < 0 else str(s) for s in shape) + "]"

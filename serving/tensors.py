@@ -1,0 +1,237 @@
+"""Tensors on the wire: TensorProto <-> numpy, and TensorFlow Serving's REST JSON <-> numpy.
+
+TensorProto decoding follows TensorFlow's rules: values come from `tensor_content` (little-endian bytes)
+or the typed `*_val` field; a typed field with fewer values than the shape holds is filled with its last
+value (an empty one with zeros). JSON follows TensorFlow Serving's REST API: DT_STRING values are JSON
+strings (UTF-8) or `{"b64": "..."}` objects; outputs whose name ends in `_bytes` (and strings that are not
+valid UTF-8) are written as `{"b64": ...}`; floats may be NaN / Infinity.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+
+import numpy as np
+from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
+
+from .errors import invalid_argument
+
+DT = types_pb2.DataType
+
+_NUMPY = {
+    DT.DT_FLOAT: np.float32, DT.DT_DOUBLE: np.float64, DT.DT_HALF: np.float16,
+    DT.DT_INT8: np.int8, DT.DT_INT16: np.int16, DT.DT_INT32: np.int32, DT.DT_INT64: np.int64,
+    DT.DT_UINT8: np.uint8, DT.DT_UINT16: np.uint16, DT.DT_UINT32: np.uint32, DT.DT_UINT64: np.uint64,
+    DT.DT_BOOL: np.bool_, DT.DT_STRING: np.object_,
+}
+_FIELD = {
+    DT.DT_FLOAT: "float_val", DT.DT_DOUBLE: "double_val", DT.DT_HALF: "half_val",
+    DT.DT_INT8: "int_val", DT.DT_INT16: "int_val", DT.DT_INT32: "int_val", DT.DT_UINT8: "int_val",
+    DT.DT_UINT16: "int_val", DT.DT_INT64: "int64_val", DT.DT_UINT32: "uint32_val",
+    DT.DT_UINT64: "uint64_val", DT.DT_BOOL: "bool_val", DT.DT_STRING: "string_val",
+}
+_FROM_NUMPY = {np.dtype(v): k for k, v in _NUMPY.items() if v is not np.object_}
+
+
+def dtype_name(dtype: int) -> str:
+    try:
+        return DT.Name(dtype)
+    except ValueError:
+        return f"dtype {dtype}"
+
+
+def numpy_dtype(dtype: int):
+    return _NUMPY.get(dtype)
+
+
+def shape_of(proto_shape):
+    """A TensorShapeProto as a list of ints (-1 for unknown dims), or None for unknown rank."""
+    if proto_shape.unknown_rank:
+        return None
+    return [d.size for d in proto_shape.dim]
+
+
+def to_ndarray(proto) -> np.ndarray:
+    """TensorProto -> numpy (object arrays of bytes for DT_STRING)."""
+    if proto.tensor_shape.unknown_rank:
+        raise invalid_argument("a request tensor has an unknown rank")
+    shape = [d.size for d in proto.tensor_shape.dim]
+    if any(s < 0 for s in shape):
+        raise invalid_argument(f"a request tensor has a negative dimension: {shape}")
+    count = math.prod(shape)
+    dtype = proto.dtype
+    if dtype not in _NUMPY:
+        import tensorflow as tf  # rare dtypes (bfloat16, complex...): TensorFlow's own decoder
+
+        try:
+            return tf.make_ndarray(proto)
+        except Exception as error:  # noqa: BLE001 - the request is what is wrong
+            raise invalid_argument(f"cannot decode a {dtype_name(dtype)} tensor: {error}") from None
+    if dtype == DT.DT_STRING:
+        values = proto.string_val
+        if len(values) != count:
+            raise invalid_argument(f"a DT_STRING tensor of shape {shape} has {len(values)} values")
+        array = np.empty(count, dtype=object)
+        array[:] = list(values)
+        return array.reshape(shape)
+    np_dtype = np.dtype(_NUMPY[dtype]).newbyteorder("<")
+    if proto.tensor_content:
+        if len(proto.tensor_content) != count * np_dtype.itemsize:
+            raise invalid_argument(f"tensor_content has {len(proto.tensor_content)} bytes for a "
+                                   f"{dtype_name(dtype)} tensor of shape {shape}")
+        return np.frombuffer(proto.tensor_content, dtype=np_dtype).astype(np_dtype.newbyteorder("="))\
+            .reshape(shape)
+    values = getattr(proto, _FIELD[dtype])
+    if dtype == DT.DT_HALF:
+        flat = np.asarray(values, dtype=np.uint16).view(np.float16)
+    else:
+        flat = np.asarray(values, dtype=_NUMPY[dtype])
+    if flat.size == count:
+        return flat.reshape(shape)
+    if flat.size > count:
+        raise invalid_argument(f"a {dtype_name(dtype)} tensor of shape {shape} has {flat.size} values")
+    filled = np.zeros(count, dtype=_NUMPY[dtype])
+    if flat.size:
+        filled[:flat.size] = flat
+        filled[flat.size:] = flat[-1]
+    return filled.reshape(shape)
+
+
+def _as_bytes(value):
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytearray, memoryview, np.bytes_)):
+        return bytes(value)
+    if isinstance(value, np.str_):
+        return str(value).encode("utf-8")
+    raise TypeError(f"expected str or bytes, got {type(value).__name__}")
+
+
+def from_ndarray(value, dtype: int | None = None):
+    """numpy (or nested lists / str / bytes) -> TensorProto. Strings become DT_STRING."""
+    array = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=object if _stringy(value) else None)
+    proto = tensor_pb2.TensorProto()
+    proto.tensor_shape.CopyFrom(tensor_shape_pb2.TensorShapeProto(
+        dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=int(s)) for s in array.shape]))
+    if array.dtype == object or array.dtype.kind in "SU":
+        proto.dtype = DT.DT_STRING
+        proto.string_val.extend(_as_bytes(v) for v in array.reshape(-1).tolist())
+        return proto
+    if dtype is None:
+        if array.dtype not in _FROM_NUMPY:
+            raise TypeError(f"unsupported numpy dtype {array.dtype}")
+        dtype = _FROM_NUMPY[array.dtype]
+    proto.dtype = dtype
+    target = np.dtype(_NUMPY[dtype]).newbyteorder("<")
+    proto.tensor_content = np.ascontiguousarray(array, dtype=target).tobytes()
+    return proto
+
+
+def _stringy(value):
+    while isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    return isinstance(value, (str, bytes, np.str_, np.bytes_))
+
+
+# --- JSON ----------------------------------------------------------------------------------------------
+
+
+def _is_b64(value):
+    return isinstance(value, dict) and set(value) == {"b64"}
+
+
+def _nested_shape(value, name):
+    """Shape of a rectangular nested list (raises INVALID_ARGUMENT when ragged); leaves flattened."""
+    leaves = []
+
+    def walk(node, depth, shape):
+        if isinstance(node, list):
+            if len(shape) == depth:
+                shape.append(len(node))
+            elif shape[depth] != len(node):
+                raise invalid_argument(f"input '{name}': the nested lists are not rectangular "
+                                       f"(sizes {shape[depth]} and {len(node)} at depth {depth})")
+            for child in node:
+                walk(child, depth + 1, shape)
+            if not node and depth + 1 < len(shape):
+                raise invalid_argument(f"input '{name}': the nested lists are not rectangular")
+        else:
+            if len(shape) != depth:
+                raise invalid_argument(f"input '{name}': the nested lists are not rectangular")
+            leaves.append(node)
+
+    shape = []
+    walk(value, 0, shape)
+    return shape, leaves
+
+
+def _leaf_to_string(leaf, name):
+    if isinstance(leaf, str):
+        return leaf.encode("utf-8")
+    if _is_b64(leaf):
+        try:
+            return base64.b64decode(leaf["b64"], validate=True)
+        except (ValueError, TypeError):
+            raise invalid_argument(f"input '{name}': 'b64' value is not valid base64") from None
+    raise invalid_argument(f"input '{name}' is DT_STRING: expected a JSON string or {{\"b64\": ...}}, "
+                           f"got {type(leaf).__name__} {str(leaf)[:40]}")
+
+
+def _check_numeric_leaves(leaves, dtype, name):
+    kinds = set(map(type, leaves))
+    if dtype == DT.DT_BOOL:
+        if kinds - {bool}:
+            raise invalid_argument(f"input '{name}' is DT_BOOL: expected true/false values")
+        return
+    if bool in kinds or str in kinds or dict in kinds or type(None) in kinds:
+        bad = next(v for v in leaves if isinstance(v, (bool, str, dict)) or v is None)
+        raise invalid_argument(f"input '{name}' is {dtype_name(dtype)}: expected numbers, got "
+                               f"{type(bad).__name__} {str(bad)[:40]}")
+    if dtype not in (DT.DT_FLOAT, DT.DT_DOUBLE, DT.DT_HALF) and float in kinds:
+        bad = next((v for v in leaves if isinstance(v, float) and not float(v).is_integer()), None)
+        if bad is not None:
+            raise invalid_argument(f"input '{name}' is {dtype_name(dtype)}: {bad} is not an integer")
+
+
+def json_to_ndarray(value, dtype: int, name: str) -> np.ndarray:
+    """A JSON value (scalar or nested lists) -> numpy of the signature's dtype, with TF Serving's rules."""
+    if dtype not in _NUMPY:
+        raise invalid_argument(f"input '{name}': {dtype_name(dtype)} is not supported in JSON requests")
+    shape, leaves = _nested_shape(value, name)
+    if dtype == DT.DT_STRING:
+        flat = np.empty(len(leaves), dtype=object)
+        flat[:] = [_leaf_to_string(leaf, name) for leaf in leaves]
+        return flat.reshape(shape)
+    _check_numeric_leaves(leaves, dtype, name)
+    try:
+        return np.asarray(leaves, dtype=_NUMPY[dtype]).reshape(shape)
+    except (ValueError, OverflowError, TypeError) as error:
+        raise invalid_argument(f"input '{name}': cannot convert to {dtype_name(dtype)}: {error}") from None
+
+
+def ndarray_to_json(array: np.ndarray, name: str):
+    """numpy -> JSON-ready nested lists; strings as UTF-8 text, or {"b64": ...} (name *_bytes or binary)."""
+    if array.dtype == object or array.dtype.kind in "SU":
+        binary = name.endswith("_bytes")
+
+        def encode(v):
+            v = _as_bytes(v)
+            if not binary:
+                try:
+                    return v.decode("utf-8")
+                except UnicodeDecodeError:
+                    pass
+            return {"b64": base64.b64encode(v).decode("ascii")}
+
+        flat = [encode(v) for v in array.reshape(-1).tolist()]
+        if array.ndim == 0:
+            return flat[0]
+        out = np.empty(len(flat), dtype=object)
+        out[:] = flat
+        return out.reshape(array.shape).tolist()
+    if array.dtype == np.float16:
+        array = array.astype(np.float32)
+    return array.tolist()

@@ -1,0 +1,242 @@
+"""`xlnet-tf demo`: the whole life of an XLNet model on text that ships with Python, with nothing to download.
+
+CPython's documentation topics (`pydoc_data.topics`) -> SentencePiece -> pretraining records -> permutation-LM
+pretraining of a tiny XLNet -> fine-tuning of a classifier (is a documentation paragraph code or prose?) and an
+extractive QA model (which name does a paragraph quote first, or last?) -> SavedModels with built-in
+tokenization -> `xlnet-tf serve` -> queries with the client -> a summary table and PNG training curves.
+Every step keeps its output in the work directory; a second run reuses what the first one built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import random
+import re
+import time
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoSize:
+    vocab_size: int
+    seq_len: int
+    reuse_len: int
+    pretrain_steps: int
+    classify_steps: int
+    qa_steps: int
+    batch_size: int
+
+
+FULL = DemoSize(vocab_size=2000, seq_len=128, reuse_len=64, pretrain_steps=500, classify_steps=300, qa_steps=600,
+                batch_size=16)
+QUICK = DemoSize(vocab_size=1000, seq_len=64, reuse_len=32, pretrain_steps=150, classify_steps=150, qa_steps=300,
+                 batch_size=16)
+TINY_CONFIG = dict(d_model=64, n_layer=3, n_head=4, d_head=16, d_inner=256)
+
+
+def documentation_paragraphs():
+    """(topic, paragraph text, is_indented) for every paragraph of CPython's bundled documentation topics."""
+    import pydoc_data.topics
+
+    for topic, text in sorted(pydoc_data.topics.topics.items()):
+        for paragraph in re.split(r"\n\s*\n", text):
+            lines = [line for line in paragraph.split("\n") if line.strip()]
+            if lines and not set(lines[-1].strip()) <= set("*=-"):
+                yield topic, " ".join(" ".join(lines).split()), all(line.startswith("   ") for line in lines)
+
+
+def write_corpus(path):
+    """One paragraph per line, a blank line between topics (the create-pretraining-data input format)."""
+    current = None
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        for topic, paragraph, _ in documentation_paragraphs():
+            if current is not None and topic != current:
+                f.write("\n")
+            current = topic
+            f.write(paragraph + "\n")
+    os.replace(path + ".tmp", path)
+
+
+def write_classification_task(directory, seed=0):
+    """code (indented paragraphs: grammar, examples) vs prose; balanced train/dev TSVs."""
+    rng = random.Random(seed)
+    rows = [(p, "code" if code else "prose") for _, p, code in documentation_paragraphs() if len(p.split()) >= 4]
+    code = [r for r in rows if r[1] == "code"]
+    prose = [r for r in rows if r[1] == "prose"]
+    rng.shuffle(code)
+    rng.shuffle(prose)
+    n = min(len(code), len(prose))
+    rows = code[:n] + prose[:n]
+    rng.shuffle(rows)
+    split = int(len(rows) * 0.8)
+    for name, part in (("train.tsv", rows[:split]), ("dev.tsv", rows[split:])):
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+            f.write("sentence\tlabel\n")
+            for text, label in part:
+                f.write(f"{text.replace(chr(9), ' ')}\t{label}\n")
+    return len(rows[:split]), len(rows[split:])
+
+
+def write_qa_task(directory, seed=0, max_words=60):
+    """SQuAD-style JSON over prose paragraphs that quote names ("assert", "__init__()", ...): "which name is
+    quoted first" and, when there are several, "which name is quoted last"; the answer is the quoted text."""
+    rng = random.Random(seed)
+    articles = []
+    for topic, paragraph, code in documentation_paragraphs():
+        context = " ".join(paragraph.split()[:max_words])
+        quoted = list(re.finditer(r'"([^"]{1,40})"', context))
+        if code or not quoted:
+            continue
+        qas = [(f"{topic}-{len(articles)}-first", "which name is quoted first", quoted[0])]
+        if len(quoted) > 1 and quoted[-1].group(1) != quoted[0].group(1):
+            qas.append((f"{topic}-{len(articles)}-last", "which name is quoted last", quoted[-1]))
+        articles.append({"title": topic, "paragraphs": [{"context": context, "qas": [
+            {"id": qid, "question": question, "answers": [{"text": m.group(1), "answer_start": m.start(1)}]}
+            for qid, question, m in qas]}]})
+    rng.shuffle(articles)
+    split = int(len(articles) * 0.85)
+    for name, part in (("train.json", articles[:split]), ("dev.json", articles[split:])):
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+            json.dump({"version": "demo", "data": part}, f)
+    count = lambda part: sum(len(a["paragraphs"][0]["qas"]) for a in part)  # noqa: E731
+    return count(articles[:split]), count(articles[split:])
+
+
+def _done(path):
+    return os.path.exists(path)
+
+
+def run_demo(workdir="demo_work", quick=False, port=0):
+    """Runs every step (reusing finished ones) and returns the summary dict it prints."""
+    from xlnet_tf.training import strategies
+
+    strategy = strategies.make_strategy("one_device")
+    import keras
+
+    from xlnet_tf.config import RunOptions, XLNetConfig
+    from xlnet_tf.data.pretraining import create_pretraining_data
+    from xlnet_tf.tokenization import train_spm
+    from xlnet_tf.training.finetune import FinetuneSetup, run_finetuning
+    from xlnet_tf.training.loop import TrainingOptions
+    from xlnet_tf.training.pretrain import PretrainingSetup, run_pretraining
+    from xlnet_tf.training.summaries import read_log
+
+    size = QUICK if quick else FULL
+    workdir = os.path.abspath(workdir)
+    os.makedirs(workdir, exist_ok=True)
+    keras.utils.set_random_seed(0)
+    summary = {"workdir": workdir, "mode": "quick" if quick else "full", "steps": {}}
+    began = time.time()
+
+    def step(name, path, fn):
+        t0 = time.time()
+        reused = _done(path)
+        if not reused:
+            print(f"\n== {name}")
+            fn()
+        summary["steps"][name] = {"seconds": round(time.time() - t0, 1), "reused": reused, "path": path}
+
+    corpus = os.path.join(workdir, "corpus.txt")
+    step("corpus", corpus, lambda: write_corpus(corpus))
+    spm = os.path.join(workdir, "spm.model")
+    step("sentencepiece", spm, lambda: train_spm([corpus], spm[: -len(".model")], size.vocab_size))
+    data_dir = os.path.join(workdir, "pretraining_data")
+    step("pretraining data", os.path.join(data_dir, "metadata.json"),
+         lambda: create_pretraining_data([corpus], spm, data_dir, seq_len=size.seq_len, reuse_len=size.reuse_len))
+
+    config = XLNetConfig(n_token=size.vocab_size, **TINY_CONFIG)
+    pretrained = os.path.join(workdir, "pretrained")
+    pretrain_options = TrainingOptions(train_steps=size.pretrain_steps, batch_size=size.batch_size,
+                                       learning_rate=2e-3, warmup_steps=20, steps_per_loop=10, save_every=100)
+    step("pretraining", os.path.join(pretrained, "checkpoints", f"ckpt-{size.pretrain_steps}.index"),
+         lambda: run_pretraining(
+             PretrainingSetup(data_dir, pretrained, config, RunOptions(dropout=0.1, dropatt=0.1, mem_len=size.reuse_len,
+                                                                       reuse_len=size.reuse_len),
+                              num_predict=max(1, size.seq_len // 6)),
+             pretrain_options, strategy))
+
+    tasks = os.path.join(workdir, "tasks")
+    os.makedirs(tasks, exist_ok=True)
+    step("task files", os.path.join(tasks, "qa", "dev.json"), lambda: _write_tasks(tasks))
+
+    results = {}
+    for task, name, steps, train, dev, seq_len in (
+        ("classification", "classifier", size.classify_steps, "classification/train.tsv", "classification/dev.tsv", 64),
+        ("squad", "qa", size.qa_steps, "qa/train.json", "qa/dev.json", 128),
+    ):
+        model_dir = os.path.join(workdir, name)
+        options = TrainingOptions(train_steps=steps, batch_size=size.batch_size, learning_rate=1e-3, warmup_steps=30,
+                                  steps_per_loop=10, save_every=100)
+        setup = FinetuneSetup(task=task, train_file=os.path.join(tasks, train), eval_file=os.path.join(tasks, dev),
+                              model_dir=model_dir, config=config, run_options=RunOptions(dropout=0.1, dropatt=0.1),
+                              spm_model=spm, init_checkpoint=pretrained, max_seq_len=seq_len, max_query_len=16)
+        results_file = os.path.join(model_dir, "eval_results.json")
+        step(f"fine-tune {name}", results_file, lambda setup=setup, options=options: run_finetuning(setup, options, strategy))
+        with open(results_file, encoding="utf-8") as f:
+            results[name] = json.load(f)
+
+    curves = plot_demo_curves(workdir, {"pretraining": read_log(os.path.join(pretrained, "train_log.jsonl")),
+                                         "classifier": read_log(os.path.join(workdir, "classifier", "train_log.jsonl")),
+                                         "qa": read_log(os.path.join(workdir, "qa", "train_log.jsonl"))})
+    pre = read_log(os.path.join(pretrained, "train_log.jsonl"))
+    summary.update(
+        pretraining_loss=[round(pre[0]["loss"], 3), round(pre[-1]["loss"], 3)] if pre else None,
+        classifier=results["classifier"], qa=results["qa"], curves=curves,
+    )
+    summary["seconds"] = round(time.time() - began, 1)
+    with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+    print_summary(summary)
+    return summary
+
+
+def _write_tasks(tasks):
+    for name in ("classification", "qa"):
+        os.makedirs(os.path.join(tasks, name), exist_ok=True)
+    train, dev = write_classification_task(os.path.join(tasks, "classification"))
+    print(f"classification (code vs prose): {train} train / {dev} dev paragraphs")
+    train, dev = write_qa_task(os.path.join(tasks, "qa"))
+    print(f"extractive QA (which name is quoted first / last): {train} train / {dev} dev questions")
+
+
+def plot_demo_curves(workdir, logs):
+    """One PNG with the loss curves of every training run of the demo."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(logs), figsize=(4.5 * len(logs), 3.5))
+    for ax, (name, records) in zip(axes, logs.items()):
+        ax.plot([r["step"] for r in records], [r["loss"] for r in records], marker=".")
+        ax.set_title(f"{name} loss")
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = os.path.join(workdir, "training_curves.png")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def print_summary(summary):
+    rows = [("work directory", summary["workdir"])]
+    if summary.get("pretraining_loss"):
+        rows.append(("pretraining PLM loss", f"{summary['pretraining_loss'][0]} -> {summary['pretraining_loss'][1]}"))
+    c, q = summary["classifier"], summary["qa"]
+    rows.append(("classifier (code vs prose)", f"accuracy {c['accuracy']:.3f} (chance 0.5), MCC {c['mcc']:.3f}"))
+    rows.append(("extractive QA", f"EM {q['exact_match']:.1f}, F1 {q['f1']:.1f} over {q['total']} questions"))
+    for key, label in (("exports", "exports"), ("latency_ms", "request latency (ms)")):
+        if summary.get(key):
+            rows.append((label, json.dumps(summary[key])))
+    rows.append(("training curves", summary["curves"]))
+    rows.append(("total time", f"{summary['seconds']} s"))
+    width = max(len(r[0]) for r in rows)
+    print("\n" + "=" * 72 + "\nxlnet-tf demo summary\n" + "-" * 72)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    print("=" * 72)
