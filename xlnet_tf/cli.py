@@ -177,6 +177,12 @@ def _demo(args):
     run_demo(args.workdir, quick=args.quick)
 
 
+def _plot_attention(args):
+    from xlnet_tf.plots import plot_attention
+
+    print(f"wrote {plot_attention(args.model_dir, args.text, args.output, args.layers)}")
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="xlnet-tf", description="XLNet on Keras 3 / TensorFlow 2.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -250,6 +256,13 @@ def build_parser():
     demo.add_argument("--workdir", default="demo_work", help="where every step keeps its output (reused on rerun)")
     demo.add_argument("--quick", action="store_true", help="a smaller run (under 5 minutes on 2 CPU cores)")
     demo.set_defaults(run=_demo)
+
+    attention = commands.add_parser("plot-attention", help="attention maps of every layer and head as a PNG")
+    attention.add_argument("--model-dir", required=True, help="a pretrained or fine-tuned directory")
+    attention.add_argument("--text", required=True)
+    attention.add_argument("--output", required=True, metavar="FILE.png")
+    attention.add_argument("--layers", type=int, nargs="+", help="layers to draw (default: all)")
+    attention.set_defaults(run=_plot_attention)
 
     from xlnet_tf.serving.cli import add_query_arguments, add_serve_arguments, query_main, serve_main
 

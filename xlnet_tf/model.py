@@ -44,8 +44,9 @@ class XLNetModel(keras.Model):
     `mems=` a list of n_layer [B, M, d_model] tensors.
 
     Returns a dict: `sequence_output` [B, T, d_model] (content stream), `query_output` [B, P, d_model] (query
-    stream, with `target_mapping`) and `new_mems` (list of n_layer [B, min(M + reuse, mem_len), d_model],
-    when run_options.mem_len > 0). The query stream's mask is `perm_mask` as given: the data pipeline blocks
+    stream, with `target_mapping`), `new_mems` (list of n_layer [B, min(M + reuse, mem_len), d_model],
+    when run_options.mem_len > 0) and, with `return_attention=True`, `attention`: per layer the content
+    stream's attention probabilities [B, n_head, T, M + T]. The query stream's mask is `perm_mask` as given: the data pipeline blocks
     i -> i for every target, as the original does, so a target never sees its own token.
     """
 
@@ -95,7 +96,7 @@ class XLNetModel(keras.Model):
     def _layer_bias(self, bias, layer):
         return bias[layer] if self.config.untie_r else bias
 
-    def call(self, inputs, mems=None, training=False):
+    def call(self, inputs, mems=None, training=False, return_attention=False):
         unknown = sorted(set(inputs) - set(MODEL_INPUTS))
         if unknown:
             raise ValueError(f"XLNetModel: unknown input(s) {unknown}; allowed: {list(MODEL_INPUTS)}")
@@ -138,16 +139,17 @@ class XLNetModel(keras.Model):
                 query_valid=valid,
             )
 
-        new_mems = []
+        new_mems, attention = [], []
         for i, block in enumerate(self.blocks):
             layer_mems = None if mems is None else mems[i]
             if run.mem_len > 0:
                 new_mems.append(cache_memory(content, layer_mems, run.mem_len, run.reuse_len))
-            content, query = block(
+            content, query, *probs = block(
                 content,
                 query,
                 layer_mems,
                 training=training,
+                return_attention=return_attention,
                 position_encoding=position_encoding,
                 content_bias=self._layer_bias(self.r_w_bias, i),
                 position_bias=self._layer_bias(self.r_r_bias, i),
@@ -155,12 +157,15 @@ class XLNetModel(keras.Model):
                 segment_embedding=self.seg_embed[i],
                 **stream_inputs,
             )
+            attention.extend(probs)
 
         outputs = {"sequence_output": self.output_dropout(content, training=training)}
         if query is not None:
             outputs["query_output"] = self.output_dropout(query, training=training)
         if run.mem_len > 0:
             outputs["new_mems"] = new_mems
+        if return_attention:
+            outputs["attention"] = attention
         return outputs
 
     def get_config(self):

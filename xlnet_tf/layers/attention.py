@@ -96,11 +96,13 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         segment_bias=None,
         segment_embedding=None,
         training=False,
+        return_attention=False,
     ):
         """content [B, T, d]; query [B, P, d] or None; mems [B, M, d] or None; position_encoding [C, R, d]
         (C = 2 with bi_data); *_blocked bool [B, T or P, M + T]; *_segment_different bool, same shapes, or
         None for no segment term; query_positions [B, P] int32 and query_valid [B, P] from `target_mapping`;
-        biases [n_head, d_head]; segment_embedding [2, n_head, d_head]. Returns (content, query) outputs.
+        biases [n_head, d_head]; segment_embedding [2, n_head, d_head]. Returns (content, query) outputs, and
+        with `return_attention` also the content stream's attention probabilities [B, n_head, T, M + T].
         """
         dtype = self.compute_dtype
         keys_input = content if mems is None else tf.concat([tf.cast(mems, content.dtype), content], axis=1)
@@ -114,22 +116,22 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
 
         def attend(q_head, shift, blocked, segment_different):
             position_scores = shift(self._position_scores(q_head + biases[1], r_head))
-            attended = self._attend(
+            return self._attend(
                 q_head, k_head, v_head, position_scores, blocked, segment_different,
                 biases[0], biases[2], segment_embedding, training,
             )
-            return attended
 
         q_head = tf.einsum("btd,dnh->btnh", content, tf.cast(self.q, dtype))
-        content_vec = attend(
+        content_vec, content_probs = attend(
             q_head, lambda s: relative_shift(s, klen), content_blocked, content_segment_different
         )
         content_out = self._post_attention(content_vec, content, training)
+        extra = (content_probs,) if return_attention else ()
         if query is None:
-            return content_out, None
+            return (content_out, None) + extra
 
         g_head = tf.einsum("bpd,dnh->bpnh", query, tf.cast(self.q, dtype))
-        query_vec = attend(
+        query_vec, _ = attend(
             g_head,
             lambda s: shift_at_positions(s, query_positions, qlen, klen),
             query_blocked,
@@ -137,7 +139,7 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         )
         # As the original maps the query stream back through `target_mapping`: all-zero rows give zeros.
         query_vec = query_vec * tf.cast(query_valid, dtype)[:, :, None, None]
-        return content_out, self._post_attention(query_vec, query, training)
+        return (content_out, self._post_attention(query_vec, query, training)) + extra
 
     def _position_scores(self, q_head, r_head):
         """q_head [B, Q, N, H], r_head [C, R, N, H] -> [B, N, Q, R] (batch halves use their own encoding)."""
@@ -159,8 +161,8 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         scores = tf.cast(scores, tf.float32) * (1.0 / self.d_head**0.5)
         scores = tf.where(blocked[:, None], masked_fill_value(tf.float32), scores)
         probs = tf.cast(tf.nn.softmax(scores, axis=-1), q_head.dtype)
-        probs = self.attention_dropout(probs, training=training)
-        return tf.einsum("bnqk,bknh->bqnh", probs, v_head)
+        dropped = self.attention_dropout(probs, training=training)
+        return tf.einsum("bnqk,bknh->bqnh", dropped, v_head), probs
 
     def _post_attention(self, attended, residual, training):
         out = tf.einsum("bqnh,dnh->bqd", attended, tf.cast(self.o, attended.dtype))

@@ -34,13 +34,15 @@ class XLNetBlock(keras.layers.Layer):
         self.feed_forward.build()
         self.built = True
 
-    def call(self, content, query=None, mems=None, training=False, **attention_inputs):
-        """`attention_inputs` are `TwoStreamRelativeAttention.call`'s keyword arguments."""
-        content, query = self.attention(content, query, mems, training=training, **attention_inputs)
+    def call(self, content, query=None, mems=None, training=False, return_attention=False, **attention_inputs):
+        """`attention_inputs` are `TwoStreamRelativeAttention.call`'s keyword arguments; with
+        `return_attention` a third output holds the content stream's attention probabilities."""
+        content, query, *probs = self.attention(content, query, mems, training=training,
+                                                return_attention=return_attention, **attention_inputs)
         content = self.feed_forward(content, training=training)
         if query is not None:
             query = self.feed_forward(query, training=training)
-        return content, query
+        return (content, query, *probs)
 
     def get_config(self):
         config = super().get_config()

@@ -1,0 +1,60 @@
+"""Attention maps as images, as in the XLNet paper's appendix: one heat map per layer and head."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+
+def attention_maps(model_dir, text, lower_case=None):
+    """(tokens, probabilities [n_layer, n_head, T, T]) of the content stream for `text` followed by
+    `<sep> <cls>`, as a single-segment classification input."""
+    from xlnet_tf.model import SPM_FILE, XLNetModel
+    from xlnet_tf.tokenization import XLNetTokenizer
+
+    if lower_case is None:
+        meta = os.path.join(model_dir, "finetune_config.json")
+        lower_case = json.load(open(meta)).get("lower_case", False) if os.path.exists(meta) else False
+    tokenizer = XLNetTokenizer(os.path.join(model_dir, SPM_FILE), lower_case=lower_case)
+    ids = tokenizer.encode([text])[0] + [tokenizer.sep_id, tokenizer.cls_id]
+    model = XLNetModel.from_pretrained(model_dir, dropout=0.0, dropatt=0.0)
+    segments = [0] * (len(ids) - 1) + [2]
+    outputs = model({"input_ids": np.array([ids], np.int32), "segment_ids": np.array([segments], np.int32)},
+                    return_attention=True)
+    probs = np.stack([np.asarray(layer, np.float32)[0] for layer in outputs["attention"]])
+    pieces = [p.decode() if isinstance(p, bytes) else str(p) for p in tokenizer.id_to_piece(ids).numpy()]
+    return pieces, probs
+
+
+def plot_attention(model_dir, text, output, layers=None):
+    """Writes a PNG grid (rows: layers, columns: heads) of attention maps; returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tokens, probs = attention_maps(model_dir, text)
+    layers = list(range(probs.shape[0])) if layers is None else list(layers)
+    heads = probs.shape[1]
+    size = max(2.2, 0.18 * len(tokens))
+    fig, axes = plt.subplots(len(layers), heads, figsize=(size * heads, size * len(layers)), squeeze=False)
+    for row, layer in enumerate(layers):
+        for head in range(heads):
+            ax = axes[row][head]
+            ax.imshow(probs[layer, head], cmap="viridis", vmin=0.0, vmax=float(probs[layer, head].max()))
+            ax.set_title(f"layer {layer} head {head}", fontsize=8)
+            if len(tokens) <= 48:
+                ax.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=5)
+                ax.set_yticks(range(len(tokens)), tokens, fontsize=5)
+            else:
+                ax.set_xticks([])
+                ax.set_yticks([])
+    fig.suptitle("content-stream attention (rows: queries, columns: keys)")
+    fig.tight_layout()
+    tmp = output + ".tmp.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, output)
+    return output
