@@ -183,6 +183,12 @@ def _plot_attention(args):
     print(f"wrote {plot_attention(args.model_dir, args.text, args.output, args.layers)}")
 
 
+def _export(args):
+    from xlnet_tf.export import export_model
+
+    print(export_model(args.model_dir, args.export_base, args.version, args.max_seq_len, args.reusable))
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="xlnet-tf", description="XLNet on Keras 3 / TensorFlow 2.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -256,6 +262,15 @@ def build_parser():
     demo.add_argument("--workdir", default="demo_work", help="where every step keeps its output (reused on rerun)")
     demo.add_argument("--quick", action="store_true", help="a smaller run (under 5 minutes on 2 CPU cores)")
     demo.set_defaults(run=_demo)
+
+    export = commands.add_parser("export", help="a fine-tuned model -> SavedModel with built-in tokenization")
+    export.add_argument("--model-dir", required=True, help="a fine-tuned model directory")
+    export.add_argument("--export-base", required=True, metavar="BASE/NAME", help="writes BASE/NAME/<version>/")
+    export.add_argument("--version", type=int, help="default: the next free integer")
+    export.add_argument("--max-seq-len", type=int, help="default: the model's max_seq_len")
+    export.add_argument("--reusable", action="store_true",
+                        help="export the encoder alone as a reusable, trainable SavedModel")
+    export.set_defaults(run=_export)
 
     attention = commands.add_parser("plot-attention", help="attention maps of every layer and head as a PNG")
     attention.add_argument("--model-dir", required=True, help="a pretrained or fine-tuned directory")

@@ -179,6 +179,16 @@ def run_demo(workdir="demo_work", quick=False, port=0):
         with open(results_file, encoding="utf-8") as f:
             results[name] = json.load(f)
 
+    exports = {}
+    for name in ("classifier", "qa"):
+        base = os.path.join(workdir, "exports", name)
+        step(f"export {name}", os.path.join(base, "1", "saved_model.pb"),
+             lambda name=name, base=base: _export(os.path.join(workdir, name), base))
+        exports[name] = os.path.join(base, "1")
+    summary["exports"] = exports
+    summary["serving"] = serve_and_query(workdir, os.path.join(tasks, "classification", "dev.tsv"),
+                                         os.path.join(tasks, "qa", "dev.json"), port=port)
+
     curves = plot_demo_curves(workdir, {"pretraining": read_log(os.path.join(pretrained, "train_log.jsonl")),
                                          "classifier": read_log(os.path.join(workdir, "classifier", "train_log.jsonl")),
                                          "qa": read_log(os.path.join(workdir, "qa", "train_log.jsonl"))})
@@ -201,6 +211,85 @@ def _write_tasks(tasks):
     print(f"classification (code vs prose): {train} train / {dev} dev paragraphs")
     train, dev = write_qa_task(os.path.join(tasks, "qa"))
     print(f"extractive QA (which name is quoted first / last): {train} train / {dev} dev questions")
+
+
+def _export(model_dir, base):
+    from xlnet_tf.export import export_model
+
+    print(export_model(model_dir, base, version=1))
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_and_query(workdir, classification_dev, qa_dev, port=0, requests=20):
+    """Starts `xlnet-tf serve` on both exports (a models.config), queries it with the client, stops it with
+    SIGTERM; returns answers and request latencies."""
+    import signal
+    import subprocess
+    import sys
+
+    from xlnet_tf.serving import Client
+
+    config = os.path.join(workdir, "exports", "models.config")
+    with open(config, "w", encoding="utf-8") as f:
+        f.write("model_config_list {\n")
+        for name in ("classifier", "qa"):
+            f.write(f'  config {{ name: "{name}" base_path: "{os.path.join(workdir, "exports", name)}" '
+                    f'model_platform: "tensorflow" }}\n')
+        f.write("}\n")
+    port = port or _free_port()
+    print(f"\n== serving both models on 127.0.0.1:{port} (xlnet-tf serve --model-config-file {config})")
+    server = subprocess.Popen([sys.executable, "-m", "xlnet_tf.cli", "serve", "--model-config-file", config,
+                               "--port", str(port), "--rest-api-port", "-1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        classifier = Client(f"127.0.0.1:{port}", "classifier", timeout=60.0, retries=30)
+        qa = Client(f"127.0.0.1:{port}", "qa", timeout=60.0, retries=30)
+        deadline = time.time() + 120
+        while True:  # both models loaded and warmed up
+            try:
+                if all(str(v.get("state", "")).upper() == "AVAILABLE"
+                       for c in (classifier, qa) for v in c.status()):
+                    break
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            if time.time() > deadline:
+                raise RuntimeError("the demo server did not load its models within 120 s")
+            time.sleep(0.5)
+        with open(classification_dev, encoding="utf-8") as f:
+            rows = [line.rstrip("\n").split("\t") for line in f][1:]
+        with open(qa_dev, encoding="utf-8") as f:
+            paragraphs = [a["paragraphs"][0] for a in json.load(f)["data"]]
+        latencies = []
+        for i in range(requests):
+            text = rows[i % len(rows)][0]
+            t0 = time.perf_counter()
+            classifier.classify([text])
+            latencies.append((time.perf_counter() - t0) * 1000)
+        samples = []
+        for paragraph in paragraphs[:3]:
+            question = paragraph["qas"][0]["question"]
+            got = qa.answer([question], [paragraph["context"]])[0]
+            samples.append({"question": question, "context": paragraph["context"][:80] + "...",
+                            "answer": got["answer"], "gold": paragraph["qas"][0]["answers"][0]["text"]})
+        label = classifier.classify([rows[0][0]])[0]
+        latencies.sort()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(timeout=60)
+    for sample in samples:
+        print(f"  Q: {sample['question']!r} -> {sample['answer']!r} (gold {sample['gold']!r})")
+    return {"port": port, "classify_example": {"text": rows[0][0][:60], "label": label.get("label"),
+                                               "gold": rows[0][1]},
+            "qa_examples": samples, "latency_ms": {"p50": round(latencies[len(latencies) // 2], 2),
+                                                   "p90": round(latencies[int(len(latencies) * 0.9)], 2)},
+            "server_exit_code": code}
 
 
 def plot_demo_curves(workdir, logs):
@@ -230,9 +319,12 @@ def print_summary(summary):
     c, q = summary["classifier"], summary["qa"]
     rows.append(("classifier (code vs prose)", f"accuracy {c['accuracy']:.3f} (chance 0.5), MCC {c['mcc']:.3f}"))
     rows.append(("extractive QA", f"EM {q['exact_match']:.1f}, F1 {q['f1']:.1f} over {q['total']} questions"))
-    for key, label in (("exports", "exports"), ("latency_ms", "request latency (ms)")):
-        if summary.get(key):
-            rows.append((label, json.dumps(summary[key])))
+    for name, path in (summary.get("exports") or {}).items():
+        rows.append((f"export: {name}", path))
+    serving = summary.get("serving")
+    if serving:
+        rows.append(("served (gRPC, xlnet-tf serve)", f"127.0.0.1:{serving['port']}, exit code {serving['server_exit_code']}"))
+        rows.append(("classify request latency", f"p50 {serving['latency_ms']['p50']} ms, p90 {serving['latency_ms']['p90']} ms"))
     rows.append(("training curves", summary["curves"]))
     rows.append(("total time", f"{summary['seconds']} s"))
     width = max(len(r[0]) for r in rows)

@@ -133,9 +133,13 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
         "task": setup.task, "max_seq_len": setup.max_seq_len, "lower_case": setup.lower_case,
         "spm_model": SPM_FILE, "doc_stride": setup.doc_stride, "max_query_len": setup.max_query_len,
     }
+    if setup.task in ("classification", "regression"):
+        finetune_config["pairs"] = bool(train.report.get("pairs", 0))
     if setup.task == "classification":
         labels = train.report["label_list"]
         finetune_config.update(num_labels=len(labels), label_names=[str(label) for label in labels])
+    if setup.task == "race":
+        finetune_config.update(num_choices=int(train.features["input_ids"].shape[1]), max_qa_len=128)
     if setup.task == "squad":
         finetune_config.update(start_n_top=5, end_n_top=5)
 

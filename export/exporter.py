@@ -1,0 +1,218 @@
+"""``export_model``: a fine-tuned model directory -> a versioned SavedModel that TensorFlow Serving can poll.
+
+Layout written (``export_base`` is ``BASE/NAME``, TF Serving's ``--model_base_path``)::
+
+    BASE/NAME/<version>/saved_model.pb            signatures on raw text (see below)
+                        variables/                 float32 weights
+                        assets.extra/tf_serving_warmup_requests   PredictionLog records (TFRecord)
+                        assets.extra/xlnet_export.json            what was exported (task, labels, shapes)
+
+The version is written to a temporary directory inside ``BASE/NAME`` whose name starts with ``.tmp-``
+(TF Serving only loads all-digit names), checked (ops allowlist), then renamed into place, so a polling
+server never sees a half-written version. An existing version is never overwritten.
+
+Signatures (B = batch, L = max_seq_len; every input is required, every output has B first and a width
+fixed at export time):
+
+* classification: ``serving_default(text)`` -- or ``(text_a, text_b)`` for a model trained on pairs --
+  -> ``logits`` float32 [B, C], ``probabilities`` float32 [B, C], ``label_id`` int64 [B], ``label`` string
+  [B] (the class name). Regression: -> ``prediction`` float32 [B].
+* squad: ``serving_default(question, context)`` -> ``answer`` string [B] (a substring of the context),
+  ``answer_start`` / ``answer_end`` int64 [B] (Unicode code point offsets into the context, end exclusive:
+  ``answer == context[answer_start:answer_end]`` in Python; -1 / -1 and ``answer`` "" when no span
+  qualifies), ``score`` float32 [B] (start + end log-probability of the answer; 0 when none),
+  ``null_score`` float32 [B] (minimum ``cls_logits`` over the context's windows, the original's null
+  score), ``no_answer_probability`` float32 [B] (= sigmoid(null_score): the answerability head is
+  trained with label 1 = impossible), ``window_index`` int64 [B] (which window of that context the answer
+  came from, -1 when none).
+* race: ``serving_default(article, question, options [B, C])`` -> ``logits`` / ``probabilities`` float32
+  [B, C], ``answer_index`` int64 [B].
+* every export: ``encode`` (the serving text inputs, single-sentence layout for squad / race) ->
+  ``sequence_output`` float32 [B, L, d_model], ``pooled_output`` float32 [B, d_model] (the ``<cls>`` state,
+  the last position), ``padding_mask`` / ``input_ids`` / ``segment_ids`` int32 [B, L]; ``tokenize(text)``
+  -> ``token_ids`` int32 [B, L], ``token_start`` / ``token_end`` int64 [B, L] (code point spans in
+  ``text``), all padded with -1 after the first L tokens, ``num_tokens`` int64 [B] (before truncation);
+  ``predict_ids(input_ids, segment_ids, padding_mask int32 [B, L]`` (+ ``p_mask`` [B, L] and ``cls_index``
+  [B] for squad; [B, C, L] for race)) -> the head's raw outputs.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+
+from xlnet_tf.errors import UserError
+
+WARMUP_FILE = "tf_serving_warmup_requests"
+METADATA_FILE = "xlnet_export.json"
+TMP_PREFIX = ".tmp-xlnet-export-"
+
+# Requests written to assets.extra/tf_serving_warmup_requests (serving_default only).
+_WARMUP_TEXTS = [
+    "XLNet is a generalized autoregressive pretraining method.",
+    "Le café « Zoë » sert une crème brûlée.",
+    "",
+]
+
+
+def _versions(export_base):
+    if not os.path.isdir(export_base):
+        return []
+    return sorted(int(name) for name in os.listdir(export_base) if name.isdigit())
+
+
+def next_version(export_base):
+    """The next free version number under ``export_base`` (1 when there is none)."""
+    versions = _versions(os.fspath(export_base))
+    return (versions[-1] + 1) if versions else 1
+
+
+def _resolve_version(export_base, version):
+    if version is None:
+        return next_version(export_base)
+    if isinstance(version, bool) or not isinstance(version, int):
+        try:
+            version = int(str(version), 10)
+        except ValueError:
+            raise UserError(f"--version must be a non-negative integer, got {version!r}") from None
+    if version < 0:
+        raise UserError(f"--version must be a non-negative integer, got {version}")
+    return version
+
+
+def _check_free(export_base, version):
+    target = os.path.join(export_base, str(version))
+    if os.path.lexists(target):
+        raise UserError(f"{target} already exists: an exported version is never overwritten "
+                        f"(pick another --version, or omit it for the next free one, "
+                        f"{next_version(export_base)})")
+    return target
+
+
+def _warmup_inputs(task, finetune_config):
+    """serving_default inputs (name -> list / nested list of str) for a few realistic requests."""
+    texts = _WARMUP_TEXTS
+    if task in ("classification", "regression"):
+        if finetune_config.get("pairs"):
+            return [{"text_a": [t], "text_b": [u]} for t, u in zip(texts, texts[::-1])] + [
+                {"text_a": texts, "text_b": texts[::-1]}]
+        return [{"text": [t]} for t in texts] + [{"text": texts}]
+    if task == "squad":
+        question = "What is XLNet?"
+        return [{"question": [question], "context": [texts[0]]},
+                {"question": [question, "Qui sert une crème brûlée ?", ""], "context": texts}]
+    choices = int(finetune_config.get("num_choices", 4))
+    options = [f"option {chr(ord('A') + i)}" for i in range(choices)]
+    return [{"article": [texts[0]], "question": ["What is XLNet?"], "options": [options]},
+            {"article": texts, "question": ["Which _ is it?", "Why?", ""], "options": [options] * 3}]
+
+
+def write_warmup(path, model_name, task, finetune_config):
+    """Write ``path`` (TFRecord of ``PredictionLog``s with ``PredictRequest``s for ``serving_default``)."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    requests = _warmup_inputs(task, finetune_config)
+    with tf.io.TFRecordWriter(path) as writer:
+        for inputs in requests:
+            request = predict_pb2.PredictRequest(
+                model_spec=model_pb2.ModelSpec(name=model_name, signature_name="serving_default"))
+            for key, value in inputs.items():
+                request.inputs[key].CopyFrom(tf.make_tensor_proto(
+                    [[s.encode("utf-8") for s in row] for row in value] if isinstance(value[0], list)
+                    else [s.encode("utf-8") for s in value], dtype=tf.string))
+            log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
+            writer.write(log.SerializeToString())
+    return len(requests)
+
+
+def _signature_summary(signatures):
+    out = {}
+    for name, fn in signatures.items():
+        inputs = {k: [spec.dtype.name, spec.shape.as_list()] for k, spec in fn.structured_input_signature[1].items()}
+        outputs = {k: [t.dtype.name, t.shape.as_list()] for k, t in fn.structured_outputs.items()}
+        out[name] = {"inputs": inputs, "outputs": outputs}
+    return out
+
+
+def export_model(model_dir, export_base, version=None, max_seq_len=None, reusable=False):
+    """Export a fine-tuned model directory as a TensorFlow Serving SavedModel; returns the version's path.
+
+    Args:
+      model_dir: a fine-tuned directory (``finetune_config.json``, ``xlnet_config.json``, checkpoint,
+        ``spiece.model``), as written by ``xlnet-tf finetune``.
+      export_base: ``BASE/NAME``; the export goes to ``BASE/NAME/<version>/``.
+      version: a non-negative integer; default: one more than the highest existing version (1 first).
+      max_seq_len: L of every signature (default: the ``max_seq_len`` the model was fine-tuned with).
+      reusable: write the reusable encoder (``build_reusable_module``: TF Hub-style ``__call__`` on ids,
+        trainable ``variables``, plus ``serving_default`` / ``encode`` / ``tokenize`` on text) instead of the
+        task model.
+    Raises:
+      UserError: the version exists already, a bad version / max_seq_len, or a graph with an op that TF
+        Serving does not link (nothing is left behind).
+    """
+    from xlnet_tf.heads import read_finetune_config
+
+    model_dir, export_base = os.fspath(model_dir), os.path.abspath(os.fspath(export_base))
+    finetune_config = read_finetune_config(model_dir)  # fails early on a directory that is not fine-tuned
+    version = _resolve_version(export_base, version)
+    _check_free(export_base, version)
+    task = finetune_config["task"]
+    length = int(max_seq_len or finetune_config.get("max_seq_len") or 0)
+    minimum = {"squad": int(finetune_config.get("max_query_len", 64)) + 4, "race": 4}.get(task, 3)
+    minimum = 3 if reusable else minimum
+    if length < minimum:
+        raise UserError(f"--max-seq-len must be at least {minimum} for this {task} model, got {length}")
+
+    import tensorflow as tf
+
+    from . import ops
+    from .signatures import build_reusable_module, build_serving_module
+    from xlnet_tf.heads import load_finetuned
+    from xlnet_tf.model import SPM_FILE
+    from xlnet_tf.tokenization import XLNetTokenizer
+
+    # float32 variables whatever the training precision; no dropout.
+    model, _ = load_finetuned(model_dir, dtype="float32", dropout=0.0, dropatt=0.0)
+    tokenizer = XLNetTokenizer(os.path.join(model_dir, finetune_config.get("spm_model") or SPM_FILE),
+                               lower_case=bool(finetune_config.get("lower_case", False)))
+    if reusable:
+        root, signatures = build_reusable_module(model, tokenizer, length)
+    else:
+        root, signatures = build_serving_module(model, tokenizer, finetune_config, length)
+
+    os.makedirs(export_base, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=export_base)
+    try:
+        tf.saved_model.save(root, staging, signatures=signatures)
+        extra = os.path.join(staging, "assets.extra")
+        os.makedirs(extra, exist_ok=True)
+        if not reusable:
+            write_warmup(os.path.join(extra, WARMUP_FILE), os.path.basename(export_base), task, finetune_config)
+        metadata = {
+            "kind": "reusable_encoder" if reusable else "serving",
+            "task": task, "max_seq_len": length, "version": version,
+            "label_names": finetune_config.get("label_names"), "pairs": bool(finetune_config.get("pairs")),
+            "lower_case": bool(finetune_config.get("lower_case", False)),
+            "doc_stride": finetune_config.get("doc_stride"), "max_query_len": finetune_config.get("max_query_len"),
+            "signatures": _signature_summary(signatures),
+        }
+        with open(os.path.join(extra, METADATA_FILE), "w", encoding="utf-8") as f:
+            json.dump(metadata, f, indent=2, sort_keys=True)
+        bad = ops.disallowed_ops(staging)
+        if bad:
+            raise UserError(f"the exported graph uses ops that TensorFlow Serving does not link: {sorted(bad)}")
+        umask = os.umask(0)
+        os.umask(umask)
+        for folder, dirs, files in os.walk(staging):  # mkdtemp made it 0700: readable by the server too
+            os.chmod(folder, 0o777 & ~umask)
+        target = _check_free(export_base, version)
+        try:
+            os.rename(staging, target)  # fails on an existing non-empty directory: never overwrites
+        except OSError as error:
+            raise UserError(f"{target}: could not publish the export ({error}); it may have been created "
+                            f"meanwhile") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target

@@ -1,0 +1,322 @@
+"""The exported graphs: raw text in, the task's answers out, tokenization built in.
+
+``build_serving_module`` returns the SavedModel root and its signatures for a fine-tuned head model;
+``build_reusable_module`` the reusable encoder's. Both trace the ONE tokenizer (``XLNetTokenizer``, TF +
+TF Text ops) and the graph feature builders (``xlnet_tf.data.graph_features``), so a served request gets
+exactly the rows that ``xlnet_tf.data.finetuning`` builds for training and ``xlnet-tf predict``.
+
+Tokenization and feature building are pinned to the CPU (``tf.device("/cpu:0")``); the model runs
+wherever the server places it. Every ``tf.function`` is traced with ``jit_compile=False``.
+"""
+
+import tensorflow as tf
+
+from xlnet_tf.data import graph_features as gf
+
+_JIT = False  # no XLA in served functions
+
+
+def _fn(signature):
+    return tf.function(input_signature=signature, jit_compile=_JIT, autograph=False)
+
+
+def _text_spec(name):
+    return tf.TensorSpec([None], tf.string, name=name)
+
+
+def char_to_byte_offsets(strings, char_offsets):
+    """Code point offsets ``[B]`` (one per string; -1 = none) -> UTF-8 byte offsets ``[B]`` int64.
+
+    An offset equal to the string's length in characters maps to its byte length; -1 maps to 0.
+    """
+    _, starts = tf.strings.unicode_decode_with_offsets(strings, "UTF-8", errors="replace")
+    n_chars = starts.row_lengths()
+    char_offsets = tf.cast(char_offsets, tf.int64)
+    inside = (char_offsets >= 0) & (char_offsets < n_chars)
+    index = tf.where(inside, starts.row_starts() + char_offsets, tf.size(starts.values, out_type=tf.int64))
+    at = tf.gather(tf.concat([starts.values, [0]], 0), index)  # the appended 0 serves the rows left out
+    byte_len = tf.cast(tf.strings.length(strings), tf.int64)
+    return tf.where(inside, at, tf.where(char_offsets >= n_chars, byte_len, tf.zeros_like(byte_len)))
+
+
+def _same_batch(*tensors):
+    """Fail (InvalidArgument) when the inputs of one request do not have the same batch size."""
+    n = tf.shape(tensors[0])[0]
+    for t in tensors[1:]:
+        tf.debugging.assert_equal(tf.shape(t)[0], n, message="all inputs of a request need the same batch size")
+
+
+class _Root(tf.__internal__.tracking.AutoTrackable):
+    """SavedModel root: the tokenizer (its SentencePiece resource), ``variables``, functions."""
+
+
+def _backing(variables):
+    """The ``tf.Variable``s behind Keras 3 variables.
+
+    The SavedModel must track the very variables the traced functions read: tracking the Keras wrappers
+    instead gives a checkpoint whose TF1 restore op (what TensorFlow Serving runs when it loads a model in
+    a Session) fills other resources than the ones the signatures read.
+    """
+    out = []
+    for v in variables:
+        value = v.value if not isinstance(v, tf.Variable) else v
+        if not isinstance(value, tf.Variable):
+            raise TypeError(f"{v.path if hasattr(v, 'path') else v}: no backing tf.Variable (got {type(value)})")
+        out.append(value)
+    return out
+
+
+class _Graphs:
+    """Traced pieces shared by the signatures of one export."""
+
+    def __init__(self, model, tokenizer, max_seq_len):
+        self.model, self.tokenizer, self.length = model, tokenizer, max_seq_len
+        spec = [tf.TensorSpec([None], tf.string)]
+
+        # Tokenization is traced ONCE per export as two library functions that every signature calls
+        # (a smaller graph that loads faster than one inlined copy per use).
+        @_fn(spec)
+        def token_ids(text):
+            """string [B] -> ragged int32 [B, None] ids."""
+            with tf.device("/cpu:0"):
+                return tokenizer.tokenize(text)
+
+        @_fn(spec)
+        def tokens_with_offsets(text):
+            """string [B] -> ragged ids, and code point start / end offsets into ``text`` (int64)."""
+            with tf.device("/cpu:0"):
+                ids, starts, ends = tokenizer.tokenize_with_offsets(text)
+                return ids, gf.byte_to_char_offsets(text, starts), gf.byte_to_char_offsets(text, ends)
+
+        self.token_ids, self.tokens_with_offsets = token_ids, tokens_with_offsets
+
+    # -- text -> features (CPU) -----------------------------------------------------------------------
+    def classification_inputs(self, text_a, text_b=None):
+        with tf.device("/cpu:0"):
+            if text_b is not None:
+                _same_batch(text_a, text_b)
+            ids_a = self.token_ids(text_a)
+            ids_b = None if text_b is None else self.token_ids(text_b)
+            return gf.classification_inputs(ids_a, ids_b, self.length)
+
+    def tokenize(self, text):
+        """token_ids int32, token_start / token_end int64 (code points) ``[B, L]`` padded with -1;
+        num_tokens int64 ``[B]`` (before truncation to L)."""
+        with tf.device("/cpu:0"):
+            ids, starts, ends = self.tokens_with_offsets(text)
+            keep = tf.minimum(ids.row_lengths(), self.length)
+
+            def first(rt):
+                return gf.pad_rows(gf.keep_first(rt, keep), self.length, -1)
+
+            return {"token_ids": first(ids), "token_start": first(starts), "token_end": first(ends),
+                    "num_tokens": ids.row_lengths()}
+
+    # -- model ----------------------------------------------------------------------------------------
+    def encode(self, features):
+        inputs = {k: features[k] for k in ("input_ids", "segment_ids", "padding_mask")}
+        hidden = self.model.transformer(inputs, training=False)["sequence_output"]
+        hidden = tf.cast(hidden, tf.float32)
+        return {"sequence_output": hidden, "pooled_output": hidden[:, -1],
+                "padding_mask": features["padding_mask"], "input_ids": features["input_ids"],
+                "segment_ids": features["segment_ids"]}
+
+    def head(self, features):
+        return self.model(features, training=False)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Serving module
+
+
+def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
+    """(root, signatures) for a fine-tuned head model.
+
+    Args:
+      model: the head model (float32, dropout 0), from ``load_finetuned``.
+      tokenizer: its ``XLNetTokenizer``.
+      finetune_config: the fine-tuned directory's config (``task``, ``label_names``, ``pairs``,
+        ``doc_stride``, ``max_query_len``, ``max_qa_len``, ``num_choices``).
+      max_seq_len: L of every signature.
+    Returns:
+      ``(root, signatures)``: the root object holding the tokenizer and the model's variables, and the
+      concrete functions by signature name (``serving_default``, ``encode``, ``tokenize``, ``predict_ids``).
+    """
+    task = finetune_config["task"]
+    length = max_seq_len
+    g = _Graphs(model, tokenizer, length)
+    root = _Root()
+    root.tokenizer = tokenizer
+    root.variables = _backing(model.variables)
+    root.trainable_variables = _backing(model.trainable_variables)
+    pairs = bool(finetune_config.get("pairs")) and task in ("classification", "regression")
+    text_inputs = [_text_spec("text_a"), _text_spec("text_b")] if pairs else [_text_spec("text")]
+    signatures = {}
+
+    @_fn([_text_spec("text")])
+    def tokenize(text):
+        return g.tokenize(text)
+
+    signatures["tokenize"] = tokenize.get_concrete_function()
+
+    if pairs:
+        @_fn(text_inputs)
+        def encode(text_a, text_b):
+            return g.encode(g.classification_inputs(text_a, text_b))
+    else:
+        @_fn(text_inputs)
+        def encode(text):
+            return g.encode(g.classification_inputs(text))
+    signatures["encode"] = encode.get_concrete_function()
+
+    if task in ("classification", "regression"):
+        def answers(features):
+            out = g.head({k: features[k] for k in ("input_ids", "segment_ids", "padding_mask")})
+            if task == "regression":
+                return {"prediction": out["predictions"]}
+            logits = out["logits"]
+            names = finetune_config.get("label_names") or [str(i) for i in range(logits.shape[-1])]
+            label_id = tf.argmax(logits, -1)  # first maximum, as numpy's argmax
+            return {"logits": logits, "probabilities": tf.nn.softmax(logits, -1), "label_id": label_id,
+                    "label": tf.gather(tf.constant([str(n) for n in names]), label_id)}
+
+        if pairs:
+            @_fn(text_inputs)
+            def serving_default(text_a, text_b):
+                return answers(g.classification_inputs(text_a, text_b))
+        else:
+            @_fn(text_inputs)
+            def serving_default(text):
+                return answers(g.classification_inputs(text))
+
+        @_fn([tf.TensorSpec([None, length], tf.int32, name=n) for n in ("input_ids", "segment_ids", "padding_mask")])
+        def predict_ids(input_ids, segment_ids, padding_mask):
+            return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask})
+
+    elif task == "squad":
+        doc_stride = int(finetune_config.get("doc_stride", 128))
+        max_query_len = int(finetune_config.get("max_query_len", 64))
+
+        @_fn([_text_spec("question"), _text_spec("context")])
+        def serving_default(question, context):
+            with tf.device("/cpu:0"):
+                _same_batch(question, context)
+                c_ids, c_start, c_end = g.tokens_with_offsets(context)
+                windows = gf.squad_windows(g.token_ids(question), c_ids, c_start, c_end, length, doc_stride,
+                                           max_query_len)
+            out = g.head({k: windows[k] for k in ("input_ids", "segment_ids", "padding_mask", "p_mask",
+                                                    "cls_index")})
+            with tf.device("/cpu:0"):
+                best = gf.squad_best_spans(out, windows, tf.size(question, out_type=tf.int64))
+                first_window = tf.math.unsorted_segment_min(
+                    tf.range(tf.size(windows["example_index"], out_type=tf.int64)), windows["example_index"],
+                    tf.size(question, out_type=tf.int64))
+                byte_start = char_to_byte_offsets(context, best["start"])
+                byte_end = char_to_byte_offsets(context, best["end"])
+                answer = tf.strings.substr(context, byte_start, byte_end - byte_start)
+            return {
+                "answer": answer,
+                "answer_start": best["start"],
+                "answer_end": best["end"],
+                "score": best["score"],
+                "no_answer_probability": tf.sigmoid(best["null_score"]),
+                "null_score": best["null_score"],
+                "window_index": tf.where(best["found"], best["window"] - first_window, -1),
+            }
+
+        @_fn([tf.TensorSpec([None, length], tf.int32, name=n)
+              for n in ("input_ids", "segment_ids", "padding_mask", "p_mask")]
+             + [tf.TensorSpec([None], tf.int32, name="cls_index")])
+        def predict_ids(input_ids, segment_ids, padding_mask, p_mask, cls_index):
+            return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask,
+                           "p_mask": p_mask, "cls_index": cls_index})
+
+    elif task == "race":
+        choices = int(finetune_config.get("num_choices", 4))
+        max_qa_len = min(int(finetune_config.get("max_qa_len", 128)), length - 3)
+
+        @_fn([_text_spec("article"), _text_spec("question"), tf.TensorSpec([None, choices], tf.string, name="options")])
+        def serving_default(article, question, options):
+            with tf.device("/cpu:0"):
+                _same_batch(article, question, options)
+                qa = gf.race_qa_text(question, options)
+                features = gf.race_inputs(g.token_ids(article), g.token_ids(tf.reshape(qa, [-1])), choices, length,
+                                          max_qa_len)
+                features = {k: tf.reshape(v, [-1, choices, length]) for k, v in features.items()}
+            logits = g.head(features)["logits"]
+            return {"logits": logits, "probabilities": tf.nn.softmax(logits, -1),
+                    "answer_index": tf.argmax(logits, -1)}
+
+        choice_spec = [tf.TensorSpec([None, choices, length], tf.int32, name=n)
+                       for n in ("input_ids", "segment_ids", "padding_mask")]
+
+        @_fn(choice_spec)
+        def predict_ids(input_ids, segment_ids, padding_mask):
+            return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask})
+    else:
+        raise ValueError(f"unknown task {task!r}")
+
+    signatures["serving_default"] = serving_default.get_concrete_function()
+    signatures["predict_ids"] = predict_ids.get_concrete_function()
+    return root, signatures
+
+
+# ----------------------------------------------------------------------------------------------------
+# Reusable encoder
+
+
+def build_reusable_module(model, tokenizer, max_seq_len):
+    """(root, signatures) of the reusable encoder (TF Hub's reusable SavedModel conventions).
+
+    The root has ``__call__(inputs, training=False)`` (also as ``encode_ids``): ``inputs`` a dict of int32
+    ``input_ids`` / ``segment_ids`` / ``padding_mask`` ``[B, T]`` (any T; 1 = real token) -> dict
+    ``sequence_output`` float32 ``[B, T, d_model]`` and ``pooled_output`` ``[B, d_model]`` (the state at the
+    LAST position: ``<cls>`` in XLNet's left-padded layout). ``training`` is accepted for the convention;
+    the encoder has no dropout in either mode. ``text_inputs(text)`` turns raw strings into those inputs
+    (single-sentence layout ``text <sep> <cls>``, left-padded to max_seq_len). ``variables``,
+    ``trainable_variables`` (the encoder weights the call uses: all but the pretraining-only ``mask_emb``) and
+    ``regularization_losses`` (empty) are attributes. Load it with ``import tensorflow_text`` first (it
+    registers the tokenizer's ops); ``xlnet_tf.export.keras_layer.ReusableEncoderLayer`` wraps it as a
+    trainable Keras layer.
+    Signatures: ``serving_default`` / ``encode`` (text -> as the serving export's ``encode``) and ``tokenize``.
+    """
+    encoder = model.transformer
+    length = max_seq_len
+    g = _Graphs(model, tokenizer, length)
+    root = _Root()
+    root.tokenizer = tokenizer
+    root.variables = _backing(encoder.variables)
+    # mask_emb only feeds the pretraining query stream: not used here, so not offered for training.
+    root.trainable_variables = _backing([v for v in encoder.trainable_variables if v is not encoder.mask_emb])
+    root.regularization_losses = []
+
+    def call(inputs, training=False):
+        hidden = encoder({k: inputs[k] for k in ("input_ids", "segment_ids", "padding_mask")},
+                         training=training)["sequence_output"]
+        hidden = tf.cast(hidden, tf.float32)
+        return {"sequence_output": hidden, "pooled_output": hidden[:, -1]}
+
+    call_fn = tf.function(call, jit_compile=_JIT, autograph=False)
+    spec = {k: tf.TensorSpec([None, None], tf.int32, name=k) for k in ("input_ids", "segment_ids", "padding_mask")}
+    for training in (False, True):
+        call_fn.get_concrete_function(spec, training=training)
+
+    @_fn([_text_spec("text")])
+    def text_inputs(text):
+        features = g.classification_inputs(text)
+        return {k: features[k] for k in ("input_ids", "segment_ids", "padding_mask")}
+
+    @_fn([_text_spec("text")])
+    def encode(text):
+        return g.encode(g.classification_inputs(text))
+
+    @_fn([_text_spec("text")])
+    def tokenize(text):
+        return g.tokenize(text)
+
+    root.__call__ = call_fn
+    root.encode_ids = call_fn
+    root.text_inputs = text_inputs
+    signatures = {"serving_default": encode.get_concrete_function(), "encode": encode.get_concrete_function(),
+                  "tokenize": tokenize.get_concrete_function()}
+    return root, signatures
