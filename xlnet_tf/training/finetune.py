@@ -75,7 +75,8 @@ def load_task_data(task, path, tokenizer, max_seq_len, label_list=None, is_train
         return TaskData(examples, features, {**report, **feature_report})
     if task == "race":
         examples, report = finetuning.read_race(path)
-        features, feature_report = finetuning.race_features(examples, tokenizer, max_seq_len)
+        features, feature_report = finetuning.race_features(examples, tokenizer, max_seq_len,
+                                                            max_qa_len=race_qa_len(max_seq_len))
         return TaskData(examples, features, {**report, **feature_report})
     if task == "squad":
         examples, report = finetuning.read_squad(path)
@@ -87,6 +88,11 @@ def load_task_data(task, path, tokenizer, max_seq_len, label_list=None, is_train
             raw = json.load(f)
         return TaskData(examples, features, {**report, **feature_report}, raw=raw)
     raise UserError(f"--task must be one of classification, regression, squad, race; got {task!r}")
+
+
+def race_qa_len(max_seq_len):
+    """Question + option tokens kept for RACE: the original's 128, or less for short sequences."""
+    return min(128, max_seq_len - 3)
 
 
 def task_dataset(features, keys, batch_size, seed=0, input_context=None, start_batch=0, training=True):
@@ -139,7 +145,8 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
         labels = train.report["label_list"]
         finetune_config.update(num_labels=len(labels), label_names=[str(label) for label in labels])
     if setup.task == "race":
-        finetune_config.update(num_choices=int(train.features["input_ids"].shape[1]), max_qa_len=128)
+        finetune_config.update(num_choices=int(train.features["input_ids"].shape[1]),
+                               max_qa_len=race_qa_len(setup.max_seq_len))
     if setup.task == "squad":
         finetune_config.update(start_n_top=5, end_n_top=5)
 
