@@ -7,6 +7,8 @@ signatures); ``xlnet_tf.export.ops`` holds the op allowlist and the SavedModel o
 Names are loaded lazily, so importing the package does not import TensorFlow.
 """
 
+from xlnet_tf.lazy import lazy_getattr
+
 _LAZY = {
     "export_model": "xlnet_tf.export.exporter",
     "next_version": "xlnet_tf.export.exporter",
@@ -18,11 +20,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'xlnet_tf.export' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

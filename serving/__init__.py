@@ -1,5 +1,7 @@
 """Serving: TensorFlow-Serving-compatible client and server (installed as xlnet_tf.serving)."""
 
+from xlnet_tf.lazy import lazy_getattr
+
 # Public names are loaded lazily: `import xlnet_tf.serving.cli` stays cheap (no TensorFlow, no gRPC).
 
 _LAZY = {
@@ -19,11 +21,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'xlnet_tf.serving' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

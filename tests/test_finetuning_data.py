@@ -11,8 +11,9 @@ import pydoc_data.topics
 import pytest
 
 from xlnet_tf.data.finetuning import (
-    GLUE_TASKS, TextExample, _pair_lengths, classification_features, race_features, race_qa_text,
+    GLUE_TASKS, TextExample, classification_features, race_features, race_qa_text,
     read_examples, read_race, read_squad, squad_features)
+from xlnet_tf.data.truncation import truncated_pair_lengths
 from xlnet_tf.errors import UserError
 from xlnet_tf.tokenization import XLNetTokenizer, train_spm
 
@@ -65,7 +66,7 @@ def original_pop_loop(len_a, len_b, max_len):
 
 def test_pair_truncation_matches_original_pop_loop():
     cases = [(a, b, m) for a in range(30) for b in range(30) for m in range(25)]
-    wrong = [c for c in cases if _pair_lengths(*c) != original_pop_loop(*c)]
+    wrong = [c for c in cases if truncated_pair_lengths(*c) != original_pop_loop(*c)]
     print(f"pair-truncation cases checked = {len(cases)}, mismatches = {len(wrong)} (bound 0)")
     assert not wrong
 

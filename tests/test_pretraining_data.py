@@ -21,6 +21,7 @@ import tensorflow as tf
 from xlnet_tf.data import pretraining
 from xlnet_tf.data.pretraining import create_pretraining_data, load_metadata, pretraining_dataset
 from xlnet_tf.data.sampling import SamplingOptions
+from xlnet_tf.data.truncation import truncated_pair_lengths
 from xlnet_tf.errors import UserError
 
 SEQ, REUSE = 64, 32
@@ -218,7 +219,7 @@ def test_record_layout_follows_the_original(data_bi, reference):
 def test_trim_closed_form_matches_the_loop():
     cases = [(a, b, t) for t in range(2, 30) for a in range(1, 40) for b in range(1, 40) if a + b >= t]
     for a, b, t in cases:
-        assert pretraining._trim(a, b, t) == trim_loop(a, b, t), (a, b, t)
+        assert truncated_pair_lengths(a, b, t) == trim_loop(a, b, t), (a, b, t)
     print(f"\n[trim] closed form == original loop on {len(cases)} (a, b, total) cases")
 
 

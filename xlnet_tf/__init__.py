@@ -4,6 +4,8 @@ Public names are loaded lazily so that `import xlnet_tf` (and the CLI's `--help`
 imports TensorFlow when a model, tokenizer or config is first used.
 """
 
+from xlnet_tf.lazy import lazy_getattr
+
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -17,11 +19,4 @@ _LAZY = {
 __all__ = sorted(_LAZY) + ["__version__"]
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'xlnet_tf' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -42,6 +42,7 @@ from typing import List, Optional, Tuple, Union
 import numpy as np
 import tensorflow as tf
 
+from xlnet_tf.data.truncation import truncated_pair_lengths
 from xlnet_tf.errors import UserError
 
 SEP_ID, CLS_ID, PAD_ID = 4, 3, 5
@@ -492,21 +493,6 @@ def _encode_with_char_offsets(tokenizer, texts, chunk=256):
     return out
 
 
-def _pair_lengths(len_a, len_b, max_len):
-    """Lengths kept by the original's ``_truncate_seq_pair``, without popping one token at a time.
-
-    The original pops the last token of the longer sequence (of B on a tie) until ``A + B <= max_len``:
-    the longer one shrinks until both are equal, then B and A alternate, leaving ``A = ceil(max_len / 2)``
-    and ``B = floor(max_len / 2)``.
-    """
-    excess = len_a + len_b - max_len
-    if excess <= 0:
-        return len_a, len_b
-    if excess <= abs(len_a - len_b):
-        return (len_a - excess, len_b) if len_a > len_b else (len_a, len_b - excess)
-    return (max_len + 1) // 2, max_len // 2
-
-
 # ----------------------------------------------------------------------------------------------------
 # Classification features
 
@@ -583,7 +569,7 @@ def classification_features(examples, tokenizer, max_seq_len, label_list=None):
         a, b = ids_a[i], ids_b.get(i) or []
         if b:
             pairs += 1
-            keep_a, keep_b = _pair_lengths(len(a), len(b), length - 3)
+            keep_a, keep_b = truncated_pair_lengths(len(a), len(b), length - 3)
         else:
             keep_a, keep_b = min(len(a), length - 2), 0
         if keep_a < len(a) or keep_b < len(b):

@@ -107,7 +107,7 @@ def byte_to_char_offsets(strings, offsets):
 
 
 def pair_lengths(len_a, len_b, max_len):
-    """``_truncate_seq_pair``'s kept lengths, vectorised (see ``finetuning._pair_lengths``)."""
+    """``_truncate_seq_pair``'s kept lengths, vectorised (see ``truncation.truncated_pair_lengths``)."""
     excess = len_a + len_b - max_len
     shrink_a = len_a > len_b
     one_sided = excess <= tf.abs(len_a - len_b)

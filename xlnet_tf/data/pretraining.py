@@ -60,6 +60,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.data import sampling
+from xlnet_tf.data.truncation import truncated_pair_lengths
 from xlnet_tf.errors import UserError
 
 FORMAT_VERSION = 1
@@ -273,15 +274,6 @@ class _Stream:
         self.file.close()
 
 
-def _trim(a_len, b_len, total):
-    """Lengths after the original's trimming: drop the last token of the longer part (B on ties) until
-    a_len + b_len <= total. Closed form of that loop."""
-    if a_len + b_len <= total:
-        return a_len, b_len
-    a_new = min(a_len, max((total + 1) // 2, total - b_len))
-    return a_new, total - a_new
-
-
 def _pair(stream, begin, total, rng):
     """A, B and is_next for the record whose A starts at `begin` (the original `_split_a_and_b`).
 
@@ -298,7 +290,7 @@ def _pair(stream, begin, total, rng):
 
     if cuts.size and rng.random() >= 0.5:
         cut = int(cuts[rng.integers(cuts.size)])
-        a_len, b_len = _trim(cut, end - cut, total)
+        a_len, b_len = truncated_pair_lengths(cut, end - cut, total)
         return ids[:a_len], ids[cut:cut + b_len], 1
 
     a_end = int(cuts[rng.integers(cuts.size)]) if cuts.size else end
@@ -312,7 +304,7 @@ def _pair(stream, begin, total, rng):
         rel = np.arange(b_end, limit) - b_begin
         changes = np.flatnonzero(b_parity[rel] != b_parity[rel - 1])
         b_end = b_begin + int(rel[changes[0]]) if changes.size else limit
-    a_len, b_len = _trim(a_end, b_end - b_begin, total)
+    a_len, b_len = truncated_pair_lengths(a_end, b_end - b_begin, total)
     return ids[:a_len], b_ids[:b_len], 0
 
 
