@@ -21,7 +21,7 @@ import tensorflow as tf
 from xlnet_tf.data import pretraining
 from xlnet_tf.data.pretraining import create_pretraining_data, load_metadata, pretraining_dataset
 from xlnet_tf.data.sampling import SamplingOptions
-from xlnet_tf.data.truncation import truncated_pair_lengths
+from test_finetuning_data import original_pop_loop  # the original trimming, stated as its loop
 from xlnet_tf.errors import UserError
 
 SEQ, REUSE = 64, 32
@@ -117,16 +117,6 @@ def read_records(data_dir, backward=False):
     return np.concatenate(ids), np.concatenate(segments), np.concatenate(is_next)
 
 
-def trim_loop(a, b, total):
-    """The original's trimming, literally: drop from the longer part (B on ties) until a + b <= total."""
-    while a + b > total:
-        if a > b:
-            a -= 1
-        else:
-            b -= 1
-    return a, b
-
-
 def cut_points(parity, begin, total):
     """Sentence boundaries the original may end A at, and the first boundary past the budget (or the end)."""
     cuts, end = [], begin + 1
@@ -170,7 +160,7 @@ def check_direction(name, records, stream, parity):
             assert is_next[k] == 0, f"{name} record {k}: no sentence boundary for A, so B must be random"
         if is_next[k]:
             # B follows A's sentence boundary c; the lengths are the original's trimming of (c - begin, end - c).
-            ok = [c for c in cuts if trim_loop(c - begin, end - c, TOTAL) == (a, b)
+            ok = [c for c in cuts if original_pop_loop(c - begin, end - c, TOTAL) == (a, b)
                   and np.array_equal(stream[c:c + b], piece)]
             assert ok, f"{name} record {k}: is_next B is not the text after a sentence boundary of A"
         else:
@@ -214,13 +204,6 @@ def test_record_layout_follows_the_original(data_bi, reference):
         assert 0.45 <= fraction <= 0.55
     if metadata["is_next_records"] != int(read_records(data_dir)[2].sum()):
         raise AssertionError("metadata is_next_records does not match the records")
-
-
-def test_trim_closed_form_matches_the_loop():
-    cases = [(a, b, t) for t in range(2, 30) for a in range(1, 40) for b in range(1, 40) if a + b >= t]
-    for a, b, t in cases:
-        assert truncated_pair_lengths(a, b, t) == trim_loop(a, b, t), (a, b, t)
-    print(f"\n[trim] closed form == original loop on {len(cases)} (a, b, total) cases")
 
 
 def test_deterministic_for_a_seed(work, corpus, spm_model, data_bi):
