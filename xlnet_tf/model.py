@@ -46,7 +46,9 @@ class XLNetModel(keras.Model):
     Returns a dict: `sequence_output` [B, T, d_model] (content stream), `query_output` [B, P, d_model] (query
     stream, with `target_mapping`), `new_mems` (list of n_layer [B, min(M + reuse, mem_len), d_model],
     when run_options.mem_len > 0) and, with `return_attention=True`, `attention`: per layer the content
-    stream's attention probabilities [B, n_head, T, M + T]. The query stream's mask is `perm_mask` as given: the data pipeline blocks
+    stream's attention probabilities [B, n_head, T, M + T].
+
+    The query stream's mask is `perm_mask` as given: the data pipeline blocks
     i -> i for every target, as the original does, so a target never sees its own token.
     """
 

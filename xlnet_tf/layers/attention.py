@@ -44,10 +44,8 @@ def _shape(tensor):
     return [dim if dim is not None else dynamic[i] for i, dim in enumerate(tensor.shape.as_list())]
 
 
-def masked_fill_value(dtype):
-    """A large negative score that stays finite in `dtype` (no 1e30 overflow in float16)."""
-    dtype = tf.as_dtype(dtype)
-    return -1e30 if dtype in (tf.float32, tf.float64, tf.bfloat16) else dtype.min
+# Scores are masked and normalised in float32 whatever the compute dtype, so this cannot overflow.
+MASKED_SCORE = -1e30
 
 
 class TwoStreamRelativeAttention(keras.layers.Layer):
@@ -159,7 +157,7 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             scores += tf.where(segment_different[:, None], by_segment[..., 1:], by_segment[..., :1])
         # Softmax in float32 so that masking and normalisation are exact in bfloat16 / float16 as well.
         scores = tf.cast(scores, tf.float32) * (1.0 / self.d_head**0.5)
-        scores = tf.where(blocked[:, None], masked_fill_value(tf.float32), scores)
+        scores = tf.where(blocked[:, None], MASKED_SCORE, scores)
         probs = tf.cast(tf.nn.softmax(scores, axis=-1), q_head.dtype)
         dropped = self.attention_dropout(probs, training=training)
         return tf.einsum("bnqk,bknh->bqnh", dropped, v_head), probs
