@@ -136,10 +136,12 @@ def test_killed_run_resumes_to_the_same_weights(data_dir, tmp_path):
     assert losses(killed_dir)[-1] == pytest.approx(losses(tmp_path / "whole")[-1], abs=1e-6)
 
 
-def test_xla_and_bfloat16_runs_train(data_dir, tmp_path):
+def test_xla_bfloat16_accumulation_and_mlm_runs_train(data_dir, tmp_path):
     from xlnet_tf.model import XLNetPretrainer
 
-    for name, extra in (("xla", ["--jit-compile"]), ("bf16", ["--mixed-precision", "bfloat16"])):
+    for name, extra in (("xla", ["--jit-compile"]), ("bf16", ["--mixed-precision", "bfloat16"]),
+                        ("accumulation", ["--grad-accum-steps", "2", "--batch-size", "4"]),
+                        ("mlm", ["--objective", "mlm"])):
         model_dir = tmp_path / name
         assert main(pretrain_args(data_dir, model_dir, 40, "--strategy", "one_device", "--steps-per-loop", "10",
                                   "--dropout", "0.0", "--dropatt", "0.0", *extra)) == 0
