@@ -294,11 +294,9 @@ def serve_and_query(workdir, classification_dev, qa_dev, port=0, requests=20):
 
 def plot_demo_curves(workdir, logs):
     """One PNG with the loss curves of every training run of the demo."""
-    import matplotlib
+    from xlnet_tf.plots import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(logs), figsize=(4.5 * len(logs), 3.5))
     for ax, (name, records) in zip(axes, logs.items()):
         ax.plot([r["step"] for r in records], [r["loss"] for r in records], marker=".")
@@ -306,10 +304,7 @@ def plot_demo_curves(workdir, logs):
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = os.path.join(workdir, "training_curves.png")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, os.path.join(workdir, "training_curves.png"))
 
 
 def print_summary(summary):

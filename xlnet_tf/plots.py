@@ -1,4 +1,5 @@
-"""Attention maps as images, as in the XLNet paper's appendix: one heat map per layer and head."""
+"""Figures people look at, written as PNG files: attention maps (one heat map per layer and head, as in the
+XLNet paper's appendix), and the shared helpers that training curves use."""
 
 from __future__ import annotations
 
@@ -6,6 +7,25 @@ import json
 import os
 
 import numpy as np
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path, dpi=100):
+    """Writes `fig` to `path` atomically (a temporary file renamed into place), closes it, returns `path`."""
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=dpi)
+    pyplot().close(fig)
+    os.replace(tmp, path)
+    return path
 
 
 def attention_maps(model_dir, text, lower_case=None):
@@ -30,11 +50,7 @@ def attention_maps(model_dir, text, lower_case=None):
 
 def plot_attention(model_dir, text, output, layers=None):
     """Writes a PNG grid (rows: layers, columns: heads) of attention maps; returns the path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     tokens, probs = attention_maps(model_dir, text)
     layers = list(range(probs.shape[0])) if layers is None else list(layers)
     heads = probs.shape[1]
@@ -53,8 +69,4 @@ def plot_attention(model_dir, text, output, layers=None):
                 ax.set_yticks([])
     fig.suptitle("content-stream attention (rows: queries, columns: keys)")
     fig.tight_layout()
-    tmp = output + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, output)
-    return output
+    return save_figure(fig, output, dpi=110)

@@ -247,14 +247,19 @@ def _predictions(task, data, outputs, finetune_config):
     return [{"label": names[i], "label_id": int(i), "probabilities": p.tolist()} for i, p in zip(ids, probs)], None, None
 
 
+def _infer(model, finetune_config, path, tokenizer, batch_size):
+    """(TaskData, model outputs) for a file, built as the fine-tuned model's config says."""
+    data = load_task_data(finetune_config["task"], path, tokenizer, finetune_config["max_seq_len"],
+                          label_list=finetune_config.get("label_names"),
+                          doc_stride=finetune_config.get("doc_stride", 128),
+                          max_query_len=finetune_config.get("max_query_len", 64))
+    return data, run_model(model, finetune_config["task"], data.features, batch_size)
+
+
 def evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size=32):
     """Task metrics of `model` on `eval_file`."""
     task = finetune_config["task"]
-    labels = finetune_config.get("label_names")
-    data = load_task_data(task, eval_file, tokenizer, finetune_config["max_seq_len"], label_list=labels,
-                          doc_stride=finetune_config.get("doc_stride", 128),
-                          max_query_len=finetune_config.get("max_query_len", 64))
-    outputs = run_model(model, task, data.features, batch_size)
+    data, outputs = _infer(model, finetune_config, eval_file, tokenizer, batch_size)
     if task == "squad":
         _, answers, null = _predictions(task, data, outputs, finetune_config)
         results = metrics.squad_evaluate(data.raw, answers, na_probs=null)
@@ -289,11 +294,7 @@ def predict(model_dir, input_file, output_file, batch_size=32):
     `<output>.null_odds.json` ({id: null score}, for SQuAD 2.0's threshold)."""
     model, finetune_config, tokenizer = load_for_inference(model_dir)
     task = finetune_config["task"]
-    data = load_task_data(task, input_file, tokenizer, finetune_config["max_seq_len"],
-                          label_list=finetune_config.get("label_names"),
-                          doc_stride=finetune_config.get("doc_stride", 128),
-                          max_query_len=finetune_config.get("max_query_len", 64))
-    outputs = run_model(model, task, data.features, batch_size)
+    data, outputs = _infer(model, finetune_config, input_file, tokenizer, batch_size)
     rows, answers, null = _predictions(task, data, outputs, finetune_config)
     tmp = output_file + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:

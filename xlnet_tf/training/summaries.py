@@ -74,11 +74,9 @@ def plot_training_curves(log_path, png_path, title="training"):
     records = read_log(log_path)
     if not records:
         return None
-    import matplotlib
+    from xlnet_tf.plots import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     steps = [r["step"] for r in records]
     fig, (loss_ax, lr_ax) = plt.subplots(1, 2, figsize=(10, 3.5))
     loss_ax.plot(steps, [r["loss"] for r in records], marker=".")
@@ -91,8 +89,4 @@ def plot_training_curves(log_path, png_path, title="training"):
     lr_ax.set_ylabel("learning rate")
     lr_ax.grid(alpha=0.3)
     fig.tight_layout()
-    tmp = png_path + ".tmp.png"
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, png_path)
-    return png_path
+    return save_figure(fig, png_path)
