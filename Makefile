@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
 
-.PHONY: demo test venv golden clean
+.PHONY: demo test venv golden benchmark clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,5 +26,18 @@ golden:
 	.venv-ref/bin/python -m pip install -q torch==2.13.0 transformers==4.57.6 safetensors numpy
 	.venv-ref/bin/python tests/fixtures/make_transformers_golden.py --check
 
+# `xlnet-tf benchmark` beside keras-hub, TensorFlow Model Garden and transformers (about 45 minutes on 2 cores;
+# writes benchmark_results/). Their own environment, so that `make test` never installs them.
+BENCH_VENV = .venv-bench
+$(BENCH_VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[benchmark]'
+	$(BENCH_VENV)/bin/python -m pip install -q --no-deps tf-models-official==2.20.0
+	touch $@
+
+benchmark: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/xlnet-tf benchmark --output-dir benchmark_results
+
 clean:
-	rm -rf $(VENV) .venv-ref build *.egg-info
+	rm -rf $(VENV) .venv-ref $(BENCH_VENV) build *.egg-info

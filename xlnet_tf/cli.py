@@ -38,6 +38,40 @@ def _training_options(args, **extra):
     )
 
 
+def _comma_list(flag, value, allowed):
+    items = tuple(item.strip() for item in value.split(",") if item.strip())
+    unknown = [item for item in items if item not in allowed]
+    if not items or unknown:
+        raise UserError(f"{flag}: unknown {unknown or value!r}; choose from {', '.join(allowed)}")
+    return items
+
+
+def _benchmark(args):
+    from xlnet_tf.benchmarks.common import BASE_SIZE, PRECISIONS, TASKS
+    from xlnet_tf.benchmarks.suite import IMPLEMENTATIONS, BenchmarkOptions, run_benchmark
+    from xlnet_tf.config import MODEL_SIZES
+
+    for flag in ("batch_size", "seq_len", "iterations", "long_iterations"):
+        if getattr(args, flag) < 1:
+            raise UserError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.warmup < 0 or args.long_seq_len < 0:
+        raise UserError("--warmup and --long-seq-len must be >= 0")
+    options = BenchmarkOptions(
+        size={key: getattr(MODEL_SIZES[args.model_size], key) for key in BASE_SIZE},
+        batch_size=args.batch_size, seq_len=args.seq_len,
+        long_seq_len=0 if args.quick else args.long_seq_len,
+        tasks=_comma_list("--tasks", args.tasks, TASKS),
+        precisions=_comma_list("--precisions", args.precisions, PRECISIONS),
+        xla_modes={"both": (False, True), "on": (True,), "off": (False,)}["off" if args.quick else args.xla],
+        implementations=_comma_list("--implementations", args.implementations, IMPLEMENTATIONS),
+        warmup=1 if args.quick else args.warmup, iterations=3 if args.quick else args.iterations,
+        long_iterations=args.long_iterations, timeout=args.timeout,
+    )
+    results = run_benchmark(options, args.output_dir)
+    print(f"wrote {args.output_dir}/results.json, report.md and throughput.png")
+    return 0 if all(row["status"] in ("ok", "missing", "unsupported") for row in results["rows"]) else 1
+
+
 def _start_run(args):
     """Strategy first (logical CPU devices must be set before TensorFlow initialises them), then seeds."""
     from xlnet_tf.training.strategies import make_strategy
@@ -287,6 +321,28 @@ def build_parser():
     query = commands.add_parser("query", help="query a TensorFlow-Serving-compatible server")
     add_query_arguments(query)
     query.set_defaults(run=query_main)
+
+    bench = commands.add_parser(
+        "benchmark", help="tokens/s, GFLOP/s and peak memory against keras-hub, Model Garden and transformers"
+    )
+    bench.add_argument("--output-dir", default="benchmark_results", help="results.json, report.md, throughput.png")
+    bench.add_argument("--model-size", default="base", choices=("tiny", "base", "large"))
+    bench.add_argument("--batch-size", type=int, default=8)
+    bench.add_argument("--seq-len", type=int, default=128)
+    bench.add_argument("--long-seq-len", type=int, default=512,
+                       help="also inference, and pretraining memory, at this length (0: off)")
+    bench.add_argument("--tasks", default="inference,finetune,pretrain")
+    bench.add_argument("--precisions", default="float32,bfloat16", help="of xlnet-tf (references: float32)")
+    bench.add_argument("--xla", default="both", choices=("both", "on", "off"))
+    bench.add_argument("--implementations", default="xlnet-tf,xlnet-tf-savedmodel,keras-hub,model-garden,transformers",
+                       help="references that are not installed are reported as missing")
+    bench.add_argument("--warmup", type=int, default=2, help="untimed steps before the timed ones")
+    bench.add_argument("--iterations", type=int, default=5, help="timed steps (the median is reported)")
+    bench.add_argument("--long-iterations", type=int, default=3, help="timed steps at --long-seq-len")
+    bench.add_argument("--timeout", type=float, default=1800.0, help="seconds per case")
+    bench.add_argument("--quick", action="store_true",
+                       help="3 timed steps after 1, no XLA, no long sequences: a smoke run")
+    bench.set_defaults(run=_benchmark)
 
     convert = commands.add_parser(
         "convert", help="convert published TF1 checkpoints or transformers weights to an xlnet-tf directory"

@@ -14,12 +14,13 @@ def relative_shift(scores, klen):
     """[B, N, Q, R] scores against relative distances -> [B, N, Q, klen] scores against keys.
 
     Row i is shifted left by Q - i (query i at absolute position klen - Q + i), done with a reshape and
-    slices (no gather), as the original's `rel_shift`.
+    slices (no gather), as the original's `rel_shift`. `tf.slice`, not `[...]` indexing: the gradient of a
+    strided slice is about ten times slower on CPU than the Pad that a Slice's gradient is.
     """
     batch, heads, qlen, rlen = _shape(scores)
-    shifted = tf.reshape(scores, [batch, heads, rlen, qlen])[:, :, 1:, :]
+    shifted = tf.slice(tf.reshape(scores, [batch, heads, rlen, qlen]), [0, 0, 1, 0], [-1, -1, -1, -1])
     shifted = tf.reshape(shifted, [batch, heads, qlen, rlen - 1])
-    return shifted[:, :, :, :klen]
+    return tf.slice(shifted, [0, 0, 0, 0], [-1, -1, -1, klen])
 
 
 def shift_at_positions(scores, positions, qlen, klen):
@@ -35,6 +36,15 @@ def shift_at_positions(scores, positions, qlen, klen):
     by_target = tf.transpose(scores, [0, 2, 3, 1])  # [B, P, R, N]
     gathered = tf.gather(by_target, index, axis=2, batch_dims=2)  # [B, P, K, N]
     return tf.transpose(gathered, [0, 3, 1, 2])
+
+
+def split_streams(stacked, qlen, axis):
+    """Undoes the concatenation of the content stream's `qlen` rows and the query stream's rows along `axis`."""
+    total = _shape(stacked)[axis]
+    static = isinstance(qlen, int) and isinstance(total, int)
+    sizes = [qlen, total - qlen] if static else tf.stack([qlen, total - qlen])
+    content, query = tf.split(stacked, sizes, axis=axis, num=2)
+    return content, query
 
 
 def _shape(tensor):
@@ -104,12 +114,14 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         """
         dtype = self.compute_dtype
         keys_input = content if mems is None else tf.concat([tf.cast(mems, content.dtype), content], axis=1)
-        k_head = tf.einsum("bkd,dnh->bknh", keys_input, tf.cast(self.k, dtype))
-        v_head = tf.einsum("bkd,dnh->bknh", keys_input, tf.cast(self.v, dtype))
-        r_head = tf.einsum("crd,dnh->crnh", tf.cast(position_encoding, dtype), tf.cast(self.r, dtype))
+        # Heads are kept head-major ([B, N, T, H]) so that every attention product is a plain batched matmul.
+        k_head = tf.einsum("bkd,dnh->bnkh", keys_input, tf.cast(self.k, dtype))
+        v_head = tf.einsum("bkd,dnh->bnkh", keys_input, tf.cast(self.v, dtype))
+        r_head = tf.einsum("crd,dnh->cnrh", tf.cast(position_encoding, dtype), tf.cast(self.r, dtype))
         klen = _shape(keys_input)[1]
         qlen = _shape(content)[1]
-        biases = [tf.cast(b, dtype) if b is not None else None for b in (content_bias, position_bias, segment_bias)]
+        biases = [tf.cast(b, dtype)[:, None, :] if b is not None else None
+                  for b in (content_bias, position_bias, segment_bias)]  # [N, 1, H]: broadcast over B and T
         segment_embedding = None if segment_embedding is None else tf.cast(segment_embedding, dtype)
 
         def attend(q_head, shift, blocked, segment_different):
@@ -119,16 +131,17 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
                 biases[0], biases[2], segment_embedding, training,
             )
 
-        q_head = tf.einsum("btd,dnh->btnh", content, tf.cast(self.q, dtype))
+        # Both streams share the query and output projections: one matmul over [content; query] rows each.
+        streams = content if query is None else tf.concat([content, tf.cast(query, content.dtype)], axis=1)
+        heads = tf.einsum("btd,dnh->bnth", streams, tf.cast(self.q, dtype))
+        q_head, g_head = (heads, None) if query is None else split_streams(heads, qlen, axis=2)
         content_vec, content_probs = attend(
             q_head, lambda s: relative_shift(s, klen), content_blocked, content_segment_different
         )
-        content_out = self._post_attention(content_vec, content, training)
         extra = (content_probs,) if return_attention else ()
         if query is None:
-            return (content_out, None) + extra
+            return (self._post_attention(content_vec, content, training), None) + extra
 
-        g_head = tf.einsum("bpd,dnh->bpnh", query, tf.cast(self.q, dtype))
         query_vec, _ = attend(
             g_head,
             lambda s: shift_at_positions(s, query_positions, qlen, klen),
@@ -136,34 +149,35 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             query_segment_different,
         )
         # As the original maps the query stream back through `target_mapping`: all-zero rows give zeros.
-        query_vec = query_vec * tf.cast(query_valid, dtype)[:, :, None, None]
-        return (content_out, self._post_attention(query_vec, query, training)) + extra
+        query_vec = query_vec * tf.cast(query_valid, dtype)[:, None, :, None]
+        out = self._post_attention(tf.concat([content_vec, query_vec], axis=2), streams, training)
+        return split_streams(out, qlen, axis=1) + extra
 
     def _position_scores(self, q_head, r_head):
-        """q_head [B, Q, N, H], r_head [C, R, N, H] -> [B, N, Q, R] (batch halves use their own encoding)."""
+        """q_head [B, N, Q, H], r_head [C, N, R, H] -> [B, N, Q, R] (batch halves use their own encoding)."""
         copies = r_head.shape[0]
         if copies == 1:
-            return tf.einsum("bqnh,rnh->bnqr", q_head, r_head[0])
-        batch, qlen, heads, size = _shape(q_head)
-        halves = tf.reshape(q_head, [copies, -1, qlen, heads, size])
-        scores = tf.einsum("cbqnh,crnh->cbnqr", halves, r_head)
-        return tf.reshape(scores, [batch, heads, qlen, _shape(r_head)[1]])
+            return tf.matmul(q_head, r_head, transpose_b=True)  # r broadcast over the batch
+        batch, heads, qlen, size = _shape(q_head)
+        halves = tf.reshape(q_head, [copies, -1, heads, qlen, size])
+        scores = tf.matmul(halves, r_head[:, None], transpose_b=True)
+        return tf.reshape(scores, [batch, heads, qlen, _shape(r_head)[2]])
 
     def _attend(self, q_head, k_head, v_head, position_scores, blocked, segment_different, content_bias,
                 segment_bias, segment_embedding, training):
-        scores = tf.einsum("bqnh,bknh->bnqk", q_head + content_bias, k_head) + position_scores
+        scores = tf.matmul(q_head + content_bias, k_head, transpose_b=True) + position_scores
         if segment_embedding is not None and segment_different is not None:
-            by_segment = tf.einsum("bqnh,snh->bnqs", q_head + segment_bias, segment_embedding)
+            by_segment = tf.einsum("bnqh,snh->bnqs", q_head + segment_bias, segment_embedding)
             scores += tf.where(segment_different[:, None], by_segment[..., 1:], by_segment[..., :1])
         # Softmax in float32 so that masking and normalisation are exact in bfloat16 / float16 as well.
         scores = tf.cast(scores, tf.float32) * (1.0 / self.d_head**0.5)
         scores = tf.where(blocked[:, None], MASKED_SCORE, scores)
         probs = tf.cast(tf.nn.softmax(scores, axis=-1), q_head.dtype)
         dropped = self.attention_dropout(probs, training=training)
-        return tf.einsum("bnqk,bknh->bqnh", dropped, v_head), probs
+        return tf.matmul(dropped, v_head), probs
 
     def _post_attention(self, attended, residual, training):
-        out = tf.einsum("bqnh,dnh->bqd", attended, tf.cast(self.o, attended.dtype))
+        out = tf.einsum("bnqh,dnh->bqd", attended, tf.cast(self.o, attended.dtype))
         out = self.output_dropout(out, training=training)
         return self.layer_norm(out + residual)
 

@@ -200,7 +200,7 @@ class Trainer:
         config = self.model.config
         return [self.per_replica_batch, self.mem_len, config.d_model]
 
-    def _initial_mems(self, saved):
+    def initial_mems(self, saved=None):
         """Per-replica memory: zeros at the start (as the original), or what a checkpoint saved."""
         if not self.mem_len:
             return []
@@ -253,6 +253,15 @@ class Trainer:
             log.warning("no saved memory for step %d: starting the memory from zeros", step)
         return None
 
+    def data_iterator(self, start_batch=0):
+        """Per-replica batches of `dataset_fn` from batch `start_batch` on, distributed by the strategy."""
+        return iter(self.strategy.distribute_datasets_from_function(lambda ctx: self.dataset_fn(ctx, start_batch)))
+
+    def run_steps(self, iterator, mems, count):
+        """`count` optimizer steps in one compiled call, without checkpoints or logs (train() is built on
+        it; benchmarks time it) -> (mean loss, last global grad norm, all finite, mems)."""
+        return self._train_loop(iterator, mems, tf.constant(count))
+
     def _on_signal(self, signum, frame):
         self._stop_signal = signum
         log.warning("received signal %d: saving a checkpoint after the current steps", signum)
@@ -265,10 +274,8 @@ class Trainer:
         if start >= options.train_steps:
             log.info("already trained %d steps (--train-steps %d): nothing to do", start, options.train_steps)
             return []
-        start_batch = start * options.grad_accum_steps
-        dataset = self.strategy.distribute_datasets_from_function(lambda ctx: self.dataset_fn(ctx, start_batch))
-        iterator = iter(dataset)
-        mems = self._initial_mems(saved_mems)
+        iterator = self.data_iterator(start * options.grad_accum_steps)
+        mems = self.initial_mems(saved_mems)
         summary = TrainingLog(self.model_dir, enabled=self.chief, total_steps=options.train_steps, initial=start)
         previous = signal.signal(signal.SIGTERM, self._on_signal) if _main_thread() else None
         step = start
@@ -278,7 +285,7 @@ class Trainer:
                 count = min(options.steps_per_loop, options.train_steps - step,
                             options.save_every - step % options.save_every)
                 began = time.perf_counter()
-                loss, norm, finite, mems = self._train_loop(iterator, mems, tf.constant(count))
+                loss, norm, finite, mems = self.run_steps(iterator, mems, count)
                 loss = float(loss)
                 elapsed = time.perf_counter() - began
                 if not bool(finite):

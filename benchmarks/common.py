@@ -1,0 +1,131 @@
+"""What every benchmark runner shares: the case description, synthetic batches and the timer.
+
+A runner measures one `Case` in its own process (see `worker.py`): it builds its model, then calls
+`time_iterations` with a function that runs one step and returns only when the step's results are ready.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+TASKS = ("inference", "finetune", "pretrain")
+PRECISIONS = ("float32", "bfloat16")
+
+# XLNet-base; the published sizes besides it are in xlnet_tf.config.MODEL_SIZES.
+BASE_SIZE = {"n_token": 32000, "d_model": 768, "n_layer": 12, "n_head": 12, "d_head": 64, "d_inner": 3072}
+
+
+class ReferenceMissing(RuntimeError):
+    """A reference implementation is not installed; the report shows it as missing, never as a zero."""
+
+
+class Unsupported(ValueError):
+    """The implementation cannot run this case (task, precision or XLA mode); reported as unsupported."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One measurement.
+
+    implementation: "xlnet-tf", "xlnet-tf-savedmodel", "keras-hub", "model-garden" or "transformers".
+    task: "inference" (encoder forward), "finetune" (classification step: forward, backward, AdamW) or
+    "pretrain" (two-stream permutation-LM step with the tied LM head, 1 / span_ratio of the tokens predicted).
+    size: the architecture (BASE_SIZE keys). Dropout 0.1 when training, no memory (mem_len 0).
+    """
+
+    implementation: str
+    task: str
+    batch_size: int = 8
+    seq_len: int = 128
+    precision: str = "float32"
+    xla: bool = False
+    size: tuple = tuple(sorted(BASE_SIZE.items()))
+    span_ratio: int = 6
+    warmup: int = 2
+    iterations: int = 5
+
+    @property
+    def dims(self):
+        return dict(self.size)
+
+    @property
+    def num_predict(self):
+        """Targets per sequence of a pretraining step (K = span_ratio: 1 / K of the tokens)."""
+        return max(1, self.seq_len // self.span_ratio)
+
+    @property
+    def tokens(self):
+        return self.batch_size * self.seq_len
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values):
+        values = dict(values)
+        if "size" in values:
+            values["size"] = tuple(sorted(tuple(item) for item in (
+                values["size"].items() if isinstance(values["size"], dict) else values["size"])))
+        return cls(**values)
+
+    def label(self):
+        mode = f"{self.precision}{' xla' if self.xla else ''}"
+        return f"{self.implementation} {self.task} T={self.seq_len} {mode}"
+
+
+def synthetic_batch(case: Case, seed: int = 0):
+    """Numpy inputs for `case`, identical for every implementation.
+
+    input_ids, segment_ids (two segments), padding_mask [B, T] int32 with 1 = real token (every other row
+    has its last quarter padded); label_ids [B]; for "pretrain" also perm_mask [B, T, T]
+    float32 (1 = i may NOT attend to j), target_mapping [B, P, T] float32 (one-hot), target_ids [B, P] and
+    target_mask [B, P], from a random factorization order in which non-targets come first, as XLNet's.
+    """
+    rng = np.random.default_rng(seed)
+    batch, length = case.batch_size, case.seq_len
+    n_token = case.dims["n_token"]
+    input_ids = rng.integers(10, n_token, size=(batch, length), dtype=np.int32)
+    segment_ids = np.zeros((batch, length), np.int32)
+    segment_ids[:, length // 2:] = 1
+    padding_mask = np.ones((batch, length), np.int32)
+    padding_mask[1::2, length - length // 4:] = 0
+    features = {
+        "input_ids": input_ids,
+        "segment_ids": segment_ids,
+        "padding_mask": padding_mask,
+        "label_ids": rng.integers(0, 2, size=(batch,), dtype=np.int32),
+    }
+    if case.task == "pretrain":
+        predict = case.num_predict
+        perm_mask = np.zeros((batch, length, length), np.float32)
+        target_mapping = np.zeros((batch, predict, length), np.float32)
+        target_ids = np.zeros((batch, predict), np.int32)
+        for row in range(batch):
+            real = int(padding_mask[row].sum())
+            targets = rng.choice(real, size=predict, replace=False)
+            rank = np.full(length, -1)
+            rank[targets] = rng.permutation(predict)  # the order in which targets are predicted
+            is_target = rank >= 0
+            # i may not see a target j predicted at or after i (non-targets have rank -1: they see no target).
+            perm_mask[row] = is_target[None, :] & (rank[None, :] >= rank[:, None])
+            order = np.sort(targets)
+            target_mapping[row, np.arange(predict), order] = 1.0
+            target_ids[row] = input_ids[row, order]
+        features.update(perm_mask=perm_mask, target_mapping=target_mapping, target_ids=target_ids,
+                        target_mask=np.ones((batch, predict), np.float32))
+    return features
+
+
+def time_iterations(step, warmup, iterations):
+    """Runs `step()` warmup times untimed, then `iterations` times; returns the seconds of each timed run."""
+    for _ in range(warmup):
+        step()
+    seconds = []
+    for _ in range(iterations):
+        began = time.perf_counter()
+        step()
+        seconds.append(time.perf_counter() - began)
+    return seconds

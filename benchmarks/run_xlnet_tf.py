@@ -1,0 +1,158 @@
+"""xlnet-tf's own runners: the encoder forward, the training loop's fine-tuning and pretraining steps, and the
+exported SavedModel's `encode` signature (text in, so tokenization is timed too)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+
+from xlnet_tf.benchmarks.common import Case, Unsupported, synthetic_batch, time_iterations
+
+ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask")
+PRETRAIN_INPUTS = ENCODER_INPUTS + ("perm_mask", "target_mapping", "target_ids", "target_mask")
+TRAINING_DROPOUT = 0.1
+
+
+def run(case: Case) -> dict:
+    """Times `case` (implementation "xlnet-tf" or "xlnet-tf-savedmodel") -> {"seconds", "note", ...}."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    if case.implementation == "xlnet-tf-savedmodel":
+        return _saved_model(case)
+    return {"inference": _inference, "finetune": _finetune, "pretrain": _pretrain}[case.task](case)
+
+
+def _config(case):
+    from xlnet_tf.config import XLNetConfig
+
+    return XLNetConfig(**case.dims)
+
+
+def _dtype(case):
+    return "mixed_bfloat16" if case.precision == "bfloat16" else "float32"
+
+
+def _inference(case):
+    import tensorflow as tf
+
+    from xlnet_tf.model import XLNetModel
+
+    batch = {k: tf.constant(v) for k, v in synthetic_batch(case).items() if k in ENCODER_INPUTS}
+    model = XLNetModel(_config(case), dtype=_dtype(case))
+    forward = tf.function(lambda inputs: model(inputs)["sequence_output"], jit_compile=case.xla)
+    seconds = time_iterations(lambda: forward(batch).numpy(), case.warmup, case.iterations)
+    result = {"seconds": seconds, "note": f"tf.function{', XLA' if case.xla else ''}"}
+    if case.precision != "float32":
+        # The same weights in float32: how far reduced precision moves the output.
+        reference = XLNetModel(_config(case), dtype="float32")
+        reference.set_weights(model.get_weights())
+        exact = reference(batch)["sequence_output"].numpy()
+        approx = forward(batch).numpy().astype(np.float32)
+        result["max_abs_diff_vs_float32"] = float(np.max(np.abs(approx - exact)))
+        result["rel_error_vs_float32"] = float(np.linalg.norm(approx - exact) / np.linalg.norm(exact))
+    return result
+
+
+def _train(case, build_model, loss_fn, keys):
+    """Times single steps of xlnet_tf's training loop (AdamW, clipping at 1.0) on one repeated batch."""
+    import tensorflow as tf
+
+    from xlnet_tf.training import strategies
+    from xlnet_tf.training.loop import Trainer, TrainingOptions
+
+    features = {k: v for k, v in synthetic_batch(case).items() if k in keys}
+
+    def dataset_fn(input_context, start_batch):
+        return tf.data.Dataset.from_tensors(features).repeat().prefetch(2)
+
+    options = TrainingOptions(train_steps=10**6, batch_size=case.batch_size, learning_rate=2e-5,
+                              steps_per_loop=1, save_every=10**6, jit_compile=case.xla)
+    with tempfile.TemporaryDirectory(prefix="xlnet-tf-bench-") as model_dir:
+        trainer = Trainer(strategies.make_strategy(), build_model, loss_fn, dataset_fn, options, model_dir)
+        iterator, mems = trainer.data_iterator(), trainer.initial_mems()
+        losses = []
+
+        def step():
+            loss, _, finite, _ = trainer.run_steps(iterator, mems, 1)
+            losses.append(float(loss))
+
+        seconds = time_iterations(step, case.warmup, case.iterations)
+    return {"seconds": seconds, "note": f"Trainer step{', XLA forward/backward' if case.xla else ''}",
+            "loss_first": losses[0], "loss_last": losses[-1]}
+
+
+def _finetune(case):
+    from xlnet_tf.config import RunOptions
+    from xlnet_tf.heads import classification_loss, XLNetForSequenceClassification
+
+    run_options = RunOptions(dropout=TRAINING_DROPOUT, dropatt=TRAINING_DROPOUT)
+    return _train(
+        case,
+        lambda: XLNetForSequenceClassification(_config(case), run_options, num_labels=2, dtype=_dtype(case)),
+        classification_loss,
+        ENCODER_INPUTS + ("label_ids",),
+    )
+
+
+def _pretrain(case):
+    from xlnet_tf.config import RunOptions
+    from xlnet_tf.model import XLNetPretrainer
+
+    run_options = RunOptions(dropout=TRAINING_DROPOUT, dropatt=TRAINING_DROPOUT)
+    return _train(
+        case,
+        lambda: XLNetPretrainer(_config(case), run_options, dtype=_dtype(case)),
+        lambda outputs, batch: (outputs["loss_sum"], outputs["target_count"]),
+        PRETRAIN_INPUTS,
+    )
+
+
+def _saved_model(case):
+    """Exports a random classifier (precision float32, vocabulary from CPython's docs) and times its `encode`
+    signature on texts long enough to fill seq_len."""
+    import tensorflow as tf
+
+    if case.task != "inference" or case.precision != "float32" or case.xla:
+        raise Unsupported("the SavedModel is benchmarked for float32 inference without XLA only")
+    with tempfile.TemporaryDirectory(prefix="xlnet-tf-bench-export-") as work:
+        export = _export_classifier(case, work)
+        encode = tf.saved_model.load(export).signatures["encode"]
+        texts = tf.constant(_long_texts(case.batch_size))
+        seconds = time_iterations(lambda: encode(text=texts)["sequence_output"].numpy(), case.warmup,
+                                  case.iterations)
+    return {"seconds": seconds, "note": "tf.saved_model.load(...).signatures['encode'] on raw text"}
+
+
+def _export_classifier(case, work):
+    from xlnet_tf.config import RunOptions
+    from xlnet_tf.export.exporter import export_model
+    from xlnet_tf.heads import build_head_model, save_finetuned
+    from xlnet_tf.tokenization import train_spm
+
+    corpus = os.path.join(work, "corpus.txt")
+    with open(corpus, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(_doc_lines()) + "\n")
+    spm = train_spm(corpus, os.path.join(work, "spiece"), 2000, minloglevel=2)
+    finetune_config = {"task": "classification", "lower_case": False, "spm_model": "spiece.model",
+                       "max_seq_len": case.seq_len, "num_labels": 2, "label_names": ["0", "1"]}
+    model = build_head_model("classification", _config(case), RunOptions(dropout=0.0, dropatt=0.0), num_labels=2)
+    finetuned = os.path.join(work, "finetuned")
+    os.rename(spm, os.path.join(work, "spiece.model"))
+    save_finetuned(model, finetuned, finetune_config, extra_files=[os.path.join(work, "spiece.model")])
+    return export_model(finetuned, os.path.join(work, "export", "classifier"))
+
+
+def _doc_lines():
+    import pydoc_data.topics
+
+    return [line.strip() for _, text in sorted(pydoc_data.topics.topics.items())
+            for line in text.splitlines() if line.strip()]
+
+
+def _long_texts(count):
+    """`count` different texts of a few hundred words each (they are truncated to seq_len)."""
+    lines = _doc_lines()
+    return [" ".join(lines[i * 40:(i + 1) * 40]) for i in range(count)]

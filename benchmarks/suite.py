@@ -1,0 +1,234 @@
+"""`xlnet-tf benchmark`: every case in its own process, then one table of tokens/s, GFLOP/s against the matmul
+peak measured in the same run, peak memory and ratios against the reference implementations, checked against
+the project's speed targets. Written to OUTPUT_DIR as results.json, report.md and throughput.png."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from xlnet_tf.benchmarks.common import BASE_SIZE, PRECISIONS, TASKS, Case
+from xlnet_tf.benchmarks.flops import step_flops
+from xlnet_tf.benchmarks.worker import RESULT_PREFIX
+
+OURS = ("xlnet-tf", "xlnet-tf-savedmodel")
+REFERENCES = ("keras-hub", "model-garden", "transformers")
+IMPLEMENTATIONS = OURS + REFERENCES
+SUPPORTED_TASKS = {
+    "xlnet-tf": TASKS,
+    "xlnet-tf-savedmodel": ("inference",),
+    "keras-hub": ("inference", "finetune"),  # its backbone has no query stream: no pretraining
+    "model-garden": ("inference", "pretrain"),
+    "transformers": TASKS,
+}
+HAS_XLA = ("xlnet-tf", "keras-hub", "model-garden")
+PACKAGES = ("tensorflow", "keras", "tensorflow-text", "keras-hub", "tf-models-official", "tf-keras", "torch",
+            "transformers")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One speed target: `value` (a ratio) must be >= `bound`, or <= it when `at_most`."""
+
+    name: str
+    bound: float
+    at_most: bool = False
+
+
+TARGETS = (
+    Target("inference float32 vs keras-hub float32", 1.0),
+    Target("inference bfloat16 vs keras-hub float32", 1.6),
+    Target("fine-tuning float32 vs keras-hub float32", 1.2),
+    Target("pretraining float32 vs model-garden float32", 1.3),
+    Target("pretraining float32 vs transformers float32", 2.5),
+    Target("best xlnet-tf mode vs matmul peak of its precision", 0.70),
+    Target("pretraining peak memory (long) vs transformers", 1.0, at_most=True),
+    Target("bfloat16 inference relative error vs float32", 0.02, at_most=True),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchmarkOptions:
+    """What to measure. Ours run in every requested precision and XLA mode; the references in float32, with
+    and without XLA where they have it. `long_seq_len` (0 = off) adds inference at that length, and a
+    pretraining step of xlnet-tf and transformers for the peak-memory comparison."""
+
+    size: dict = dataclasses.field(default_factory=lambda: dict(BASE_SIZE))
+    batch_size: int = 8
+    seq_len: int = 128
+    long_seq_len: int = 512
+    tasks: tuple = TASKS
+    precisions: tuple = PRECISIONS
+    xla_modes: tuple = (False, True)
+    implementations: tuple = IMPLEMENTATIONS
+    warmup: int = 2
+    iterations: int = 5
+    long_iterations: int = 3
+    timeout: float = 1800.0
+
+
+def plan_cases(options: BenchmarkOptions):
+    """The cases of one run, ours first."""
+    cases = []
+    size = tuple(sorted(options.size.items()))
+    for implementation in options.implementations:
+        ours = implementation == "xlnet-tf"
+        for task in (t for t in options.tasks if t in SUPPORTED_TASKS[implementation]):
+            lengths = [options.seq_len]
+            if options.long_seq_len not in (0, options.seq_len) and (task == "inference" or (task == "pretrain" and implementation in
+                                                                  ("xlnet-tf", "transformers"))):
+                lengths.append(options.long_seq_len)
+            for length in lengths:
+                long = length != options.seq_len
+                precisions = options.precisions if ours else ("float32",)
+                if long and task == "pretrain":
+                    precisions = ("float32",)  # the memory comparison
+                xla_modes = options.xla_modes if implementation in HAS_XLA else (False,)
+                if long and task == "pretrain":
+                    xla_modes = (False,)
+                for precision in precisions:
+                    for xla in xla_modes:
+                        cases.append(Case(
+                            implementation, task, options.batch_size, length, precision, xla, size,
+                            warmup=1 if long else options.warmup,
+                            iterations=options.long_iterations if long else options.iterations,
+                        ))
+    return cases
+
+
+def run_worker(arguments, timeout):
+    """Runs `python -m xlnet_tf.benchmarks.worker ARGUMENTS` -> its result dict (status "failed" when none)."""
+    command = [sys.executable, "-m", "xlnet_tf.benchmarks.worker", *arguments]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"status": "failed", "error": f"timed out after {timeout:.0f} s"}
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX):])
+    tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+    return {"status": "failed", "error": f"exit {done.returncode}: " + " | ".join(tail)}
+
+
+def summarize(case: Case, result: dict, peaks: dict):
+    """One table row: the case, its status and, when it ran, the derived figures."""
+    row = {**case.to_dict(), "label": case.label(), **result}
+    row.pop("size")
+    if result.get("status") == "ok":
+        seconds = float(np.median(result["seconds"]))
+        gflops = step_flops(case) / seconds / 1e9
+        row.update(median_s=seconds, tokens_per_s=case.tokens / seconds, gflops=gflops,
+                   peak_fraction=gflops / peaks[case.precision] if peaks.get(case.precision) else None)
+    return row
+
+
+def best(rows, implementation, task, seq_len, precision="float32"):
+    """The fastest ok row of an implementation for (task, seq_len, precision), or None."""
+    matching = [r for r in rows if r["status"] == "ok" and r["implementation"] == implementation and
+                r["task"] == task and r["seq_len"] == seq_len and r["precision"] == precision]
+    return max(matching, key=lambda r: r["tokens_per_s"], default=None)
+
+
+def add_ratios(rows):
+    """Each ok row of ours gets `vs_<reference>`: its tokens/s over the reference's best float32 mode for
+    the same task and length."""
+    for row in rows:
+        if row["implementation"] not in OURS or row["status"] != "ok":
+            continue
+        for reference in REFERENCES:
+            other = best(rows, reference, row["task"], row["seq_len"])
+            row[f"vs_{reference}"] = row["tokens_per_s"] / other["tokens_per_s"] if other else None
+
+
+def evaluate_targets(rows, options: BenchmarkOptions):
+    """Each target with its measured value (None, with the reason, when a side is missing) and whether it is met."""
+    length, long = options.seq_len, options.long_seq_len
+
+    def ratio(task, ours_precision, reference):
+        mine, theirs = best(rows, "xlnet-tf", task, length, ours_precision), best(rows, reference, task, length)
+        if not mine or not theirs:
+            missing = [name for name, r in (("xlnet-tf", mine), (reference, theirs)) if not r]
+            return None, f"not measured: {', '.join(missing)} {task} T={length} missing (xlnet-tf in {ours_precision})"
+        return mine["tokens_per_s"] / theirs["tokens_per_s"], f"{mine['label']} vs {theirs['label']}"
+
+    values = [
+        ratio("inference", "float32", "keras-hub"),
+        ratio("inference", "bfloat16", "keras-hub"),
+        ratio("finetune", "float32", "keras-hub"),
+        ratio("pretrain", "float32", "model-garden"),
+        ratio("pretrain", "float32", "transformers"),
+    ]
+    ours = [r for r in rows if r["implementation"] == "xlnet-tf" and r["status"] == "ok" and r.get("peak_fraction")]
+    top = max(ours, key=lambda r: r["peak_fraction"], default=None)
+    values.append((top["peak_fraction"], top["label"]) if top else (None, "not measured"))
+    mine = best(rows, "xlnet-tf", "pretrain", long) if long else None
+    theirs = best(rows, "transformers", "pretrain", long) if long else None
+    if mine and theirs and theirs.get("peak_mb"):
+        values.append((mine["peak_mb"] / theirs["peak_mb"],
+                       f"{mine['peak_mb']:.0f} MB vs {theirs['peak_mb']:.0f} MB at T={long}"))
+    else:
+        values.append((None, "not measured: needs xlnet-tf and transformers pretraining at the long length"))
+    errors = [r["rel_error_vs_float32"] for r in rows if r.get("rel_error_vs_float32") is not None]
+    values.append((max(errors), f"largest of {len(errors)} bfloat16 inference rows") if errors
+                  else (None, "not measured"))
+    results = []
+    for target, (value, detail) in zip(TARGETS, values):
+        met = None if value is None else (value <= target.bound if target.at_most else value >= target.bound)
+        results.append({"target": target.name, "value": value, "bound": target.bound,
+                        "at_most": target.at_most, "met": met, "detail": detail})
+    return results
+
+
+def machine_info():
+    """CPU, core count and the versions of the frameworks (read from package metadata, nothing imported)."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    versions = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "versions": versions}
+
+
+def run_benchmark(options: BenchmarkOptions, output_dir, progress=True):
+    """Measures the matmul peak, then every planned case; writes and returns the report dict."""
+    from tqdm import tqdm
+
+    from xlnet_tf.benchmarks import report
+
+    os.makedirs(output_dir, exist_ok=True)
+    cases = plan_cases(options)
+    began = time.time()
+    bar = tqdm(total=len(cases) + 1, desc="matmul peak", unit="case", disable=not progress)
+    matmul = run_worker(["--matmul", "2048"], options.timeout)
+    peaks = matmul.get("gflops", {})
+    bar.update()
+    rows = []
+    for case in cases:
+        bar.set_description(case.label())
+        rows.append(summarize(case, run_worker([json.dumps(case.to_dict())], options.timeout), peaks))
+        bar.update()
+    bar.close()
+    add_ratios(rows)
+    results = {
+        "machine": machine_info(), "matmul_peak_gflops": peaks, "matmul": matmul,
+        "options": {**dataclasses.asdict(options), "xla_modes": list(options.xla_modes)},
+        "rows": rows, "targets": evaluate_targets(rows, options), "wall_s": time.time() - began,
+    }
+    report.write(results, output_dir)
+    return results
