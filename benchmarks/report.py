@@ -89,7 +89,9 @@ def plot_throughput(results, path):
     from xlnet_tf.plots import pyplot, save_figure
 
     plt = pyplot()
-    rows = [r for r in results["rows"] if r["status"] == "ok"]
+    order = {task: i for i, task in enumerate(("inference", "finetune", "pretrain"))}
+    rows = sorted((r for r in results["rows"] if r["status"] == "ok"),
+                  key=lambda r: (order.get(r["task"], 9), r["seq_len"]))  # each task's cases side by side
     if not rows:
         return None
     labels = [f"{r['task']} T={r['seq_len']} | {r['implementation']} {r['precision']}{' XLA' if r['xla'] else ''}"
@@ -101,6 +103,7 @@ def plot_throughput(results, path):
     axis.invert_yaxis()
     axis.set_xlabel("tokens / s (blue: xlnet-tf)")
     axis.set_title(f"XLNet throughput, batch {results['options']['batch_size']}, {results['machine']['cpu']}", fontsize=9)
+    figure.tight_layout()
     save_figure(figure, path)
     return path
 
