@@ -76,7 +76,7 @@ def _train(case, build_model, loss_fn, keys):
         losses = []
 
         def step():
-            loss, _, finite, _ = trainer.run_steps(iterator, mems, 1)
+            loss = trainer.run_steps(iterator, mems, 1)[0]
             losses.append(float(loss))
 
         seconds = time_iterations(step, case.warmup, case.iterations)

@@ -1,7 +1,6 @@
 """One XLNet layer: two-stream relative attention, then the feed-forward applied to each stream."""
 
 import keras
-
 import tensorflow as tf
 
 from xlnet_tf.layers.attention import TwoStreamRelativeAttention, split_streams
