@@ -118,7 +118,8 @@ def _saved_model(case):
     if case.task != "inference" or case.precision != "float32" or case.xla:
         raise Unsupported("the SavedModel is benchmarked for float32 inference without XLA only")
     with tempfile.TemporaryDirectory(prefix="xlnet-tf-bench-export-") as work:
-        export = _export_classifier(case, work)
+        export = export_random_classifier(work, _config(case), case.seq_len, 2000,
+                                          os.path.join(work, "export", "classifier"))
         encode = tf.saved_model.load(export).signatures["encode"]
         texts = tf.constant(_long_texts(case.batch_size))
         seconds = time_iterations(lambda: encode(text=texts)["sequence_output"].numpy(), case.warmup,
@@ -126,7 +127,11 @@ def _saved_model(case):
     return {"seconds": seconds, "note": "tf.saved_model.load(...).signatures['encode'] on raw text"}
 
 
-def _export_classifier(case, work):
+def export_random_classifier(work, config, max_seq_len, vocab_size, export_base, corpus_lines=None,
+                             label_names=("0", "1")):
+    """A randomly initialised XLNet classifier with a SentencePiece model trained on `corpus_lines` (default:
+    every line of CPython's documentation topics), saved as a fine-tuned directory under `work` and exported
+    to `export_base` (BASE/NAME) -> the export's version directory."""
     from xlnet_tf.config import RunOptions
     from xlnet_tf.export.exporter import export_model
     from xlnet_tf.heads import build_head_model, save_finetuned
@@ -134,18 +139,20 @@ def _export_classifier(case, work):
 
     corpus = os.path.join(work, "corpus.txt")
     with open(corpus, "w", encoding="utf-8") as handle:
-        handle.write("\n".join(_doc_lines()) + "\n")
-    spm = train_spm(corpus, os.path.join(work, "spiece"), 2000, minloglevel=2)
+        handle.write("\n".join(doc_lines() if corpus_lines is None else corpus_lines) + "\n")
+    spm = train_spm(corpus, os.path.join(work, "spiece"), vocab_size, minloglevel=2)
     finetune_config = {"task": "classification", "lower_case": False, "spm_model": "spiece.model",
-                       "max_seq_len": case.seq_len, "num_labels": 2, "label_names": ["0", "1"]}
-    model = build_head_model("classification", _config(case), RunOptions(dropout=0.0, dropatt=0.0), num_labels=2)
+                       "max_seq_len": max_seq_len, "num_labels": len(label_names), "label_names": list(label_names)}
+    model = build_head_model("classification", config, RunOptions(dropout=0.0, dropatt=0.0),
+                             num_labels=len(label_names))
     finetuned = os.path.join(work, "finetuned")
     os.rename(spm, os.path.join(work, "spiece.model"))
     save_finetuned(model, finetuned, finetune_config, extra_files=[os.path.join(work, "spiece.model")])
-    return export_model(finetuned, os.path.join(work, "export", "classifier"))
+    return export_model(finetuned, export_base)
 
 
-def _doc_lines():
+def doc_lines():
+    """The non-empty lines of CPython's bundled documentation topics, stripped."""
     import pydoc_data.topics
 
     return [line.strip() for _, text in sorted(pydoc_data.topics.topics.items())
@@ -154,5 +161,5 @@ def _doc_lines():
 
 def _long_texts(count):
     """`count` different texts of a few hundred words each (they are truncated to seq_len)."""
-    lines = _doc_lines()
+    lines = doc_lines()
     return [" ".join(lines[i * 40:(i + 1) * 40]) for i in range(count)]

@@ -45,32 +45,16 @@ num_batch_threads { value: 2 }
 def build_tiny_export(work):
     """A random tiny XLNet classifier exported by xlnet_tf.export -> BASE/NAME."""
     import keras
-    import pydoc_data.topics
 
-    from xlnet_tf.config import RunOptions, XLNetConfig
-    from xlnet_tf.export.exporter import export_model
-    from xlnet_tf.heads import build_head_model, head_arguments, save_finetuned
-    from xlnet_tf.tokenization import train_spm
+    from xlnet_tf.benchmarks.run_xlnet_tf import doc_lines, export_random_classifier
+    from xlnet_tf.config import XLNetConfig
 
-    lines = [line.strip() for _, text in sorted(pydoc_data.topics.topics.items())
-             for line in text.splitlines() if line.strip()]
-    corpus = os.path.join(work, "corpus.txt")
-    with open(corpus, "w", encoding="utf-8") as handle:
-        handle.write("\n".join(lines[:3000] + TEXTS * 3) + "\n")
-    spm = train_spm(corpus, os.path.join(work, "spm"), 1000, minloglevel=2, num_threads=2)
-    os.makedirs(os.path.join(work, "spm_dir"))
-    shutil.copy(spm, os.path.join(work, "spm_dir", "spiece.model"))
     keras.utils.set_random_seed(0)
-    finetune_config = {"task": "classification", "lower_case": False, "spm_model": "spiece.model",
-                       "max_seq_len": 64, "num_labels": 2, "label_names": ["negative", "positive"]}
     config = XLNetConfig(n_token=1000, d_model=64, n_layer=2, n_head=4, d_head=16, d_inner=128)
-    model = build_head_model("classification", config, RunOptions(dropout=0.0, dropatt=0.0),
-                             **head_arguments(finetune_config))
-    finetuned = os.path.join(work, "finetuned")
-    save_finetuned(model, finetuned, finetune_config, extra_files=[os.path.join(work, "spm_dir", "spiece.model")])
-    base = os.path.join(work, "serving", "tiny")
-    export_model(finetuned, base)
-    return base
+    version = export_random_classifier(work, config, 64, 1000, os.path.join(work, "serving", "tiny"),
+                                       corpus_lines=doc_lines()[:3000] + TEXTS * 3,
+                                       label_names=("negative", "positive"))
+    return os.path.dirname(version)
 
 
 def build_standin(work):

@@ -188,7 +188,7 @@ def test_worker_statuses(monkeypatch):
     def heavy(*args):
         raise AssertionError("the SavedModel was exported before the case was rejected")
 
-    monkeypatch.setattr(run_xlnet_tf, "_export_classifier", heavy)
+    monkeypatch.setattr(run_xlnet_tf, "export_random_classifier", heavy)
     for changes in ({"task": "finetune"}, {"task": "inference", "xla": True}):
         result = measure_case({"implementation": "xlnet-tf-savedmodel", **tiny, **changes})
         print(f"savedmodel {changes} {result} (bound status unsupported)")
