@@ -1,5 +1,7 @@
 """Matmul FLOPs of one benchmark step, counted from the architecture (the same count for every implementation,
-so GFLOP/s compares them on the useful work: the query stream and the LM head only at the targets).
+so GFLOP/s compares them on the useful work: the query stream and the LM head only at the targets, and the
+last layer's content stream only where the task reads it: every position for inference, the <cls> for
+classification, nowhere for pretraining, whose loss reads only the query stream).
 
 A training step counts three times its forward (the backward computes two products per forward product).
 Embedding lookups, softmax, LayerNorm and the optimizer are not counted.
@@ -19,15 +21,20 @@ def layer_forward_flops(rows, qlen, klen, d_model, n_head, d_head, d_inner):
     return projections + attention + feed_forward
 
 
-def encoder_flops(batch, seq_len, dims, targets=0):
-    """Forward FLOPs of the encoder on [batch, seq_len], with `targets` query-stream rows per sequence."""
+def encoder_flops(batch, seq_len, dims, targets=0, read_rows=None):
+    """Forward FLOPs of the encoder on [batch, seq_len], with `targets` query-stream rows per sequence and
+    `read_rows` content rows per sequence read from the last layer (None: all of them)."""
     d_model, n_head, d_head = dims["d_model"], dims["n_head"], dims["d_head"]
     inner = n_head * d_head
     keys_values = 2 * batch * seq_len * d_model * inner * 2
     positions = 2 * (2 * seq_len) * d_model * inner  # the relative encoding's projection, once per batch
-    content = layer_forward_flops(batch * seq_len, seq_len, seq_len, d_model, n_head, d_head, dims["d_inner"])
-    query = layer_forward_flops(batch * targets, seq_len, seq_len, d_model, n_head, d_head, dims["d_inner"])
-    return dims["n_layer"] * (keys_values + positions + content + query)
+
+    def rows(count):
+        return layer_forward_flops(batch * count, seq_len, seq_len, d_model, n_head, d_head, dims["d_inner"])
+
+    last_layer_content = rows(seq_len if read_rows is None else read_rows)
+    return (dims["n_layer"] * (keys_values + positions + rows(targets)) + (dims["n_layer"] - 1) * rows(seq_len)
+            + last_layer_content)
 
 
 def step_flops(case: Case):
@@ -37,9 +44,9 @@ def step_flops(case: Case):
         return encoder_flops(case.batch_size, case.seq_len, dims)
     if case.task == "finetune":
         head = 2 * case.batch_size * dims["d_model"] * (dims["d_model"] + 2)
-        return 3 * (encoder_flops(case.batch_size, case.seq_len, dims) + head)
+        return 3 * (encoder_flops(case.batch_size, case.seq_len, dims, read_rows=1) + head)
     if case.task == "pretrain":
         targets = case.num_predict
         lm_head = 2 * case.batch_size * targets * dims["d_model"] * dims["n_token"]
-        return 3 * (encoder_flops(case.batch_size, case.seq_len, dims, targets) + lm_head)
+        return 3 * (encoder_flops(case.batch_size, case.seq_len, dims, targets, read_rows=0) + lm_head)
     raise ValueError(f"unknown task {case.task!r}")

@@ -56,7 +56,7 @@ def _inference(case):
     return result
 
 
-def _train(case, build_model, loss_fn, keys):
+def _train(case, build_model, loss_fn, keys, model_kwargs=None):
     """Times single steps of xlnet_tf's training loop (AdamW, clipping at 1.0) on one repeated batch."""
     import tensorflow as tf
 
@@ -71,7 +71,8 @@ def _train(case, build_model, loss_fn, keys):
     options = TrainingOptions(train_steps=10**6, batch_size=case.batch_size, learning_rate=2e-5,
                               steps_per_loop=1, save_every=10**6, jit_compile=case.xla)
     with tempfile.TemporaryDirectory(prefix="xlnet-tf-bench-") as model_dir:
-        trainer = Trainer(strategies.make_strategy(), build_model, loss_fn, dataset_fn, options, model_dir)
+        trainer = Trainer(strategies.make_strategy(), build_model, loss_fn, dataset_fn, options, model_dir,
+                          model_kwargs=model_kwargs)
         iterator, mems = trainer.data_iterator(), trainer.initial_mems()
         losses = []
 
@@ -100,13 +101,15 @@ def _finetune(case):
 def _pretrain(case):
     from xlnet_tf.config import RunOptions
     from xlnet_tf.model import XLNetPretrainer
+    from xlnet_tf.training.pretrain import TRAINING_CALL, pretraining_loss
 
     run_options = RunOptions(dropout=TRAINING_DROPOUT, dropatt=TRAINING_DROPOUT)
     return _train(
         case,
         lambda: XLNetPretrainer(_config(case), run_options, dtype=_dtype(case)),
-        lambda outputs, batch: (outputs["loss_sum"], outputs["target_count"]),
+        pretraining_loss,
         PRETRAIN_INPUTS,
+        model_kwargs=TRAINING_CALL,
     )
 
 

@@ -44,7 +44,7 @@ CORE_OPS = frozenset({
     # math (the encoder and heads; Relu / Erf for the "relu" / "gelu_exact" feed-forward activations)
     "Abs", "AddV2", "Sub", "Mul", "RealDiv", "FloorDiv", "FloorMod", "Maximum", "Minimum", "Neg", "Pow",
     "Rsqrt", "SquaredDifference", "Sin", "Cos", "Tanh", "Sigmoid", "Relu", "Erf", "Softmax", "LogSoftmax",
-    "MatMul", "BatchMatMulV2", "Einsum", "Sum", "Prod", "Max", "Mean", "All", "Any", "ArgMax", "TopKV2",
+    "MatMul", "BatchMatMulV2", "Einsum", "BiasAdd", "Sum", "Prod", "Max", "Mean", "All", "Any", "ArgMax", "TopKV2",
     "UnsortedSegmentMax", "UnsortedSegmentMin", "UnsortedSegmentSum",
     "Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual", "LogicalAnd", "LogicalOr",
     "LogicalNot",

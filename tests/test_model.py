@@ -116,6 +116,43 @@ def test_memory_flows_into_attention(rng):
     assert [m.shape for m in with_mems["new_mems"]] == [(3, 6, 32)] * 2  # concat(4 old, 4 new)[-6:]
 
 
+@pytest.mark.parametrize("attn_type,bi_data", [("bi", False), ("uni", False), ("bi", True)])
+def test_output_positions_change_nothing_they_keep(rng, attn_type, bi_data):
+    """With output_positions the last layer computes the content stream only there: those rows, the query
+    stream, the memory, the pretraining loss and every gradient equal the full computation's."""
+    run = EVAL.replace(mem_len=5, attn_type=attn_type, bi_data=bi_data)
+    model = make_pretrainer(run_options=run)
+    inputs = permutation_inputs(rng, batch=4, pad_lengths=(0, 3, 6, 2))
+    inputs["target_ids"] = rng.integers(9, 64, size=(4, 4)).astype(np.int32)
+    inputs["target_mask"] = np.array([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 1, 1]], np.float32)
+    mems = [rng.standard_normal((4, 3, 32)).astype(np.float32) for _ in range(2)]
+    positions = rng.integers(0, 12, size=(4, 3)).astype(np.int32)  # any rows, repeats allowed
+    model_inputs = {k: v for k, v in inputs.items() if k not in ("target_ids", "target_mask")}
+    full = model.transformer(model_inputs, mems=mems)
+    some = model.transformer(model_inputs, mems=mems, output_positions=positions)
+    assert some["sequence_output"].shape == (4, 3, 32)
+    worst = max(max_diff(some["sequence_output"], np.take_along_axis(full["sequence_output"].numpy(),
+                                                                     positions[..., None], axis=1)),
+                max_diff(some["query_output"], full["query_output"]),
+                max(max_diff(a, b) for a, b in zip(some["new_mems"], full["new_mems"])))
+
+    variables = model.trainable_variables
+    results = []
+    for sequence_output in (True, False):
+        with tf.GradientTape() as tape:
+            out = model(inputs, mems=mems, sequence_output=sequence_output)
+        results.append((out, tape.gradient(out["loss"], variables)))
+    (full_out, full_grads), (lm_out, lm_grads) = results
+    assert "sequence_output" not in lm_out and lm_out["logits"].shape == full_out["logits"].shape
+    loss_diff = abs(float(full_out["loss"]) - float(lm_out["loss"]))
+    grad_diff = max(max_diff(tf.convert_to_tensor(a), tf.convert_to_tensor(b))
+                    for a, b in zip(full_grads, lm_grads) if a is not None)
+    print(f"{attn_type} bi_data={bi_data}: rows/query/mems max|diff| = {worst:.1e}, loss diff {loss_diff:.1e}, "
+          f"grads max|diff| = {grad_diff:.1e} (bound 1e-5 each)")
+    assert worst <= 1e-5 and loss_diff <= 1e-5 and grad_diff <= 1e-5
+    assert [a is None for a in full_grads] == [b is None for b in lm_grads]
+
+
 def test_xla_forward_and_training_step(rng):
     model = make_pretrainer(run_options=RunOptions(dropout=0.1, dropatt=0.1, mem_len=4))
     inputs = permutation_inputs(rng)

@@ -16,6 +16,7 @@ import os
 import tempfile
 
 from xlnet_tf.config import ConfigError, RunOptions, XLNetConfig
+from xlnet_tf.layers.dropout import Dropout
 from xlnet_tf.model import XLNetModel, _from_config, _read_config, _restore, _write_pretrained
 
 ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask")
@@ -57,7 +58,7 @@ class SequenceSummary(keras.layers.Layer):
         self.d_model, self.dropout, self.initializer_range = d_model, dropout, initializer_range
         self.summary = Dense(d_model, d_model, activation="tanh", initializer_range=initializer_range,
                              name="summary", dtype=self.dtype_policy)
-        self.drop = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.drop = Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
         self.summary.build()
@@ -86,10 +87,18 @@ class _HeadModel(keras.Model):
         self.transformer = XLNetModel(config, self.run_options, name="transformer", dtype=self.dtype_policy)
         self._sub = {"dtype": self.dtype_policy, "initializer_range": self.run_options.initializer_range}
 
-    def encode(self, inputs, training):
-        return self.transformer({k: inputs[k] for k in ENCODER_INPUTS if k in inputs}, training=training)[
+    def encode(self, inputs, training, output_positions=None):
+        """The encoder's sequence_output [B, T, d] ([B, S, d] at `output_positions` [B, S])."""
+        encoder_inputs = {k: inputs[k] for k in ENCODER_INPUTS if k in inputs}
+        return self.transformer(encoder_inputs, training=training, output_positions=output_positions)[
             "sequence_output"
         ]
+
+    def encode_last(self, inputs, training):
+        """The encoder's output at the last position (the <cls>), [B, 1, d]: all the "last" summary reads, so
+        the encoder's last layer computes only that row."""
+        shape = tf.shape(inputs["input_ids"])
+        return self.encode(inputs, training, output_positions=tf.fill([shape[0], 1], shape[1] - 1))
 
     def get_config(self):
         return {"name": self.name, "config": self.config.to_dict(), "run_options": self.run_options.to_dict(),
@@ -130,7 +139,7 @@ class XLNetForSequenceClassification(_HeadModel):
         self.logits_proj.build()
 
     def call(self, inputs, training=False):
-        summary = self.sequence_summary(self.encode(inputs, training), training=training)
+        summary = self.sequence_summary(self.encode_last(inputs, training), training=training)
         logits = tf.cast(self.logits_proj(summary), tf.float32)
         if self.regression:
             return {"predictions": logits[:, 0]}
@@ -151,7 +160,7 @@ class XLNetForMultipleChoice(_HeadModel):
     def call(self, inputs, training=False):
         shape = tf.shape(inputs["input_ids"])
         flat = {k: tf.reshape(inputs[k], [-1, shape[2]]) for k in ENCODER_INPUTS if k in inputs}
-        summary = self.sequence_summary(self.encode(flat, training), training=training)
+        summary = self.sequence_summary(self.encode_last(flat, training), training=training)
         logits = tf.cast(self.logits_proj(summary), tf.float32)
         return {"logits": tf.reshape(logits, [shape[0], shape[1]])}
 
@@ -183,7 +192,7 @@ class XLNetForQuestionAnswering(_HeadModel):
                                                               dtype=self.dtype_policy)
         self.end_dense_1 = Dense(d, 1, name="end_dense_1", **self._sub)
         self.answer_dense_0 = Dense(2 * d, d, activation="tanh", name="answer_dense_0", **self._sub)
-        self.answer_dropout = keras.layers.Dropout(self.run_options.dropout, dtype=self.dtype_policy)
+        self.answer_dropout = Dropout(self.run_options.dropout, dtype=self.dtype_policy)
         self.answer_dense_1 = Dense(d, 1, use_bias=False, name="answer_dense_1", **self._sub)
         for layer in (self.start_dense, self.end_dense_0, self.end_dense_1, self.answer_dense_0, self.answer_dense_1):
             layer.build()

@@ -13,6 +13,7 @@ import tensorflow as tf
 from xlnet_tf.config import ConfigError, RunOptions, XLNetConfig
 from xlnet_tf.layers import masks
 from xlnet_tf.layers.block import XLNetBlock
+from xlnet_tf.layers.dropout import Dropout
 from xlnet_tf.layers.positions import relative_positional_encoding
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,12 @@ class XLNetModel(keras.Model):
     NOT attend to j), `target_mapping` [B, P, T] (one-hot rows, or all-zero rows for padded targets); and
     `mems=` a list of n_layer [B, M, d_model] tensors.
 
-    Returns a dict: `sequence_output` [B, T, d_model] (content stream), `query_output` [B, P, d_model] (query
-    stream, with `target_mapping`), `new_mems` (list of n_layer [B, min(M + reuse, mem_len), d_model],
+    `output_positions=` [B, S] int32 (optional) names the positions whose `sequence_output` is read: the last
+    layer then computes the content stream only there (a classifier reads one position; pretraining, with
+    S = 0, only the query stream). Results at those positions are unchanged.
+
+    Returns a dict: `sequence_output` [B, T, d_model] (content stream; [B, S, d_model] with output_positions),
+    `query_output` [B, P, d_model] (query stream, with `target_mapping`), `new_mems` (list of n_layer [B, min(M + reuse, mem_len), d_model],
     when run_options.mem_len > 0) and, with `return_attention=True`, `attention`: per layer the content
     stream's attention probabilities [B, n_head, T, M + T].
 
@@ -62,9 +67,9 @@ class XLNetModel(keras.Model):
         self.word_embedding = keras.layers.Embedding(
             cfg.n_token, cfg.d_model, embeddings_initializer=self.initializer, name="word_embedding", **sub
         )
-        self.embedding_dropout = keras.layers.Dropout(run.dropout, name="embedding_dropout", **sub)
-        self.position_dropout = keras.layers.Dropout(run.dropout, name="position_dropout", **sub)
-        self.output_dropout = keras.layers.Dropout(run.dropout, name="output_dropout", **sub)
+        self.embedding_dropout = Dropout(run.dropout, name="embedding_dropout", **sub)
+        self.position_dropout = Dropout(run.dropout, name="position_dropout", **sub)
+        self.output_dropout = Dropout(run.dropout, name="output_dropout", **sub)
         # One attribute per block (layer_0, layer_1, ...): tf.train.Checkpoint does not track Keras 3 lists.
         for i in range(cfg.n_layer):
             block = XLNetBlock(
@@ -98,7 +103,7 @@ class XLNetModel(keras.Model):
     def _layer_bias(self, bias, layer):
         return bias[layer] if self.config.untie_r else bias
 
-    def call(self, inputs, mems=None, training=False, return_attention=False):
+    def call(self, inputs, mems=None, training=False, return_attention=False, output_positions=None):
         unknown = sorted(set(inputs) - set(MODEL_INPUTS))
         if unknown:
             raise ValueError(f"XLNetModel: unknown input(s) {unknown}; allowed: {list(MODEL_INPUTS)}")
@@ -144,6 +149,8 @@ class XLNetModel(keras.Model):
         new_mems, attention = [], []
         for i, block in enumerate(self.blocks):
             layer_mems = None if mems is None else mems[i]
+            is_last = i == cfg.n_layer - 1
+            only_rows = {"content_positions": output_positions} if is_last and output_positions is not None else {}
             if run.mem_len > 0:
                 new_mems.append(cache_memory(content, layer_mems, run.mem_len, run.reuse_len))
             content, query, *probs = block(
@@ -158,6 +165,7 @@ class XLNetModel(keras.Model):
                 segment_bias=self._layer_bias(self.r_s_bias, i),
                 segment_embedding=self.seg_embed[i],
                 **stream_inputs,
+                **only_rows,
             )
             attention.extend(probs)
 
@@ -205,6 +213,8 @@ class XLNetPretrainer(keras.Model):
     Returns XLNetModel's outputs plus `logits` [B, P, n_token] (from the query stream when `target_mapping` is
     given, else [B, T, n_token] from the content stream) and, with `target_ids`, `loss`: the cross-entropy
     averaged over real targets, with its parts `loss_sum` and `target_count` (for averaging across replicas).
+    With `target_mapping` and `sequence_output=False` (as pretraining trains), the last layer computes only the
+    query stream, which is all the LM head reads, and `sequence_output` is left out.
     """
 
     def __init__(self, config: XLNetConfig, run_options: RunOptions | None = None, **kwargs):
@@ -218,10 +228,14 @@ class XLNetPretrainer(keras.Model):
         self.lm_bias = self.add_weight(name="lm_bias", shape=(self.config.n_token,), initializer="zeros")
         self.built = True
 
-    def call(self, inputs, mems=None, training=False):
+    def call(self, inputs, mems=None, training=False, sequence_output=True):
         model_inputs = {k: v for k, v in inputs.items() if k in MODEL_INPUTS}  # data extras (is_next) unused
-        outputs = dict(self.transformer(model_inputs, mems=mems, training=training))
-        hidden = outputs.get("query_output", outputs["sequence_output"])
+        skip_content = not sequence_output and model_inputs.get("target_mapping") is not None
+        nothing = tf.zeros([tf.shape(model_inputs["input_ids"])[0], 0], tf.int32) if skip_content else None
+        outputs = dict(self.transformer(model_inputs, mems=mems, training=training, output_positions=nothing))
+        if skip_content:
+            del outputs["sequence_output"]
+        hidden = outputs["query_output"] if "query_output" in outputs else outputs["sequence_output"]
         embedding = tf.cast(self.transformer.word_embedding.embeddings, hidden.dtype)
         logits = tf.einsum("bpd,vd->bpv", hidden, embedding)
         logits = tf.cast(logits, tf.float32) + tf.cast(self.lm_bias, tf.float32)

@@ -9,6 +9,9 @@ stream (g) shares all weights, is computed only at the target positions and uses
 import keras
 import tensorflow as tf
 
+from xlnet_tf.layers.dropout import Dropout
+from xlnet_tf.layers.masks import gather_rows
+
 
 def relative_shift(scores, klen):
     """[B, N, Q, R] scores against relative distances -> [B, N, Q, klen] scores against keys.
@@ -74,8 +77,8 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         self.dropout = dropout
         self.dropatt = dropatt
         self.initializer_range = initializer_range
-        self.attention_dropout = keras.layers.Dropout(dropatt, name="attention_dropout", dtype=self.dtype_policy)
-        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout", dtype=self.dtype_policy)
+        self.attention_dropout = Dropout(dropatt, name="attention_dropout", dtype=self.dtype_policy)
+        self.output_dropout = Dropout(dropout, name="output_dropout", dtype=self.dtype_policy)
         self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="layer_norm", dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
@@ -99,6 +102,7 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         query_segment_different=None,
         query_positions=None,
         query_valid=None,
+        content_positions=None,
         content_bias,
         position_bias,
         segment_bias=None,
@@ -109,8 +113,11 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         """content [B, T, d]; query [B, P, d] or None; mems [B, M, d] or None; position_encoding [C, R, d]
         (C = 2 with bi_data); *_blocked bool [B, T or P, M + T]; *_segment_different bool, same shapes, or
         None for no segment term; query_positions [B, P] int32 and query_valid [B, P] from `target_mapping`;
-        biases [n_head, d_head]; segment_embedding [2, n_head, d_head]. Returns (content, query) outputs, and
-        with `return_attention` also the content stream's attention probabilities [B, n_head, T, M + T].
+        biases [n_head, d_head]; segment_embedding [2, n_head, d_head]. content_positions [B, S] int32 or None:
+        compute the content stream only at these positions (keys and values still come from every position), as
+        a last layer does when only some of its outputs are read; its output is then [B, S, d].
+        Returns (content, query) outputs, and with `return_attention` also the content stream's attention
+        probabilities [B, n_head, T (or S), M + T].
         """
         dtype = self.compute_dtype
         keys_input = content if mems is None else tf.concat([tf.cast(mems, content.dtype), content], axis=1)
@@ -131,16 +138,23 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
                 biases[0], biases[2], segment_embedding, training,
             )
 
+        if content_positions is None:
+            rows, content_shift = content, lambda s: relative_shift(s, klen)
+        else:
+            rows = gather_rows(content, content_positions)
+            content_blocked = gather_rows(content_blocked, content_positions)
+            if content_segment_different is not None:
+                content_segment_different = gather_rows(content_segment_different, content_positions)
+            content_shift = lambda s: shift_at_positions(s, content_positions, qlen, klen)  # noqa: E731
+        num_rows = _shape(rows)[1]
         # Both streams share the query and output projections: one matmul over [content; query] rows each.
-        streams = content if query is None else tf.concat([content, tf.cast(query, content.dtype)], axis=1)
+        streams = rows if query is None else tf.concat([rows, tf.cast(query, content.dtype)], axis=1)
         heads = tf.einsum("btd,dnh->bnth", streams, tf.cast(self.q, dtype))
-        q_head, g_head = (heads, None) if query is None else split_streams(heads, qlen, axis=2)
-        content_vec, content_probs = attend(
-            q_head, lambda s: relative_shift(s, klen), content_blocked, content_segment_different
-        )
+        q_head, g_head = (heads, None) if query is None else split_streams(heads, num_rows, axis=2)
+        content_vec, content_probs = attend(q_head, content_shift, content_blocked, content_segment_different)
         extra = (content_probs,) if return_attention else ()
         if query is None:
-            return (self._post_attention(content_vec, content, training), None) + extra
+            return (self._post_attention(content_vec, rows, training), None) + extra
 
         query_vec, _ = attend(
             g_head,
@@ -151,7 +165,7 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         # As the original maps the query stream back through `target_mapping`: all-zero rows give zeros.
         query_vec = query_vec * tf.cast(query_valid, dtype)[:, None, :, None]
         out = self._post_attention(tf.concat([content_vec, query_vec], axis=2), streams, training)
-        return split_streams(out, qlen, axis=1) + extra
+        return split_streams(out, num_rows, axis=1) + extra
 
     def _position_scores(self, q_head, r_head):
         """q_head [B, N, Q, H], r_head [C, N, R, H] -> [B, N, Q, R] (batch halves use their own encoding)."""
@@ -171,7 +185,9 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             scores += tf.where(segment_different[:, None], by_segment[..., 1:], by_segment[..., :1])
         # Softmax in float32 so that masking and normalisation are exact in bfloat16 / float16 as well.
         scores = tf.cast(scores, tf.float32) * (1.0 / self.d_head**0.5)
-        scores = tf.where(blocked[:, None], MASKED_SCORE, scores)
+        # Added, as the original does, rather than selected: -1e30 absorbs any score (the same result), and
+        # the backward pass needs no select over [B, N, Q, K].
+        scores += tf.where(blocked, MASKED_SCORE, 0.0)[:, None]
         probs = tf.cast(tf.nn.softmax(scores, axis=-1), q_head.dtype)
         dropped = self.attention_dropout(probs, training=training)
         return tf.matmul(dropped, v_head), probs

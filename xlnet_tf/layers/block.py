@@ -8,7 +8,9 @@ from xlnet_tf.layers.feedforward import PositionwiseFeedForward
 
 
 class XLNetBlock(keras.layers.Layer):
-    """content [B, T, d], query [B, P, d] or None -> (content, query). Both streams share every weight."""
+    """content [B, T, d], query [B, P, d] or None -> (content, query). Both streams share every weight.
+
+    With `content_positions` [B, S] the content stream is computed only at those positions: content [B, S, d]."""
 
     def __init__(self, d_model, n_head, d_head, d_inner, ff_activation="gelu", dropout=0.0, dropatt=0.0,
                  initializer_range=0.02, **kwargs):
@@ -44,7 +46,8 @@ class XLNetBlock(keras.layers.Layer):
             return (self.feed_forward(content, training=training), None, *probs)
         # One feed-forward over both streams' rows: bigger matmuls, one weight gradient.
         both = self.feed_forward(tf.concat([content, query], axis=1), training=training)
-        return (*split_streams(both, content.shape[1] or tf.shape(content)[1], axis=1), *probs)
+        rows = content.shape[1] if content.shape[1] is not None else tf.shape(content)[1]
+        return (*split_streams(both, rows, axis=1), *probs)
 
     def get_config(self):
         config = super().get_config()

@@ -5,6 +5,8 @@ import math
 import keras
 import tensorflow as tf
 
+from xlnet_tf.layers.dropout import Dropout
+
 
 def gelu_tanh(x):
     """GELU, tanh approximation: the published XLNet's `gelu`."""
@@ -32,8 +34,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.activation = activation
         self.dropout = dropout
         self.initializer_range = initializer_range
-        self.inner_dropout = keras.layers.Dropout(dropout, name="inner_dropout", dtype=self.dtype_policy)
-        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout", dtype=self.dtype_policy)
+        self.inner_dropout = Dropout(dropout, name="inner_dropout", dtype=self.dtype_policy)
+        self.output_dropout = Dropout(dropout, name="output_dropout", dtype=self.dtype_policy)
         self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="layer_norm", dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
@@ -52,10 +54,11 @@ class PositionwiseFeedForward(keras.layers.Layer):
     def call(self, inputs, training=False):
         dtype = self.compute_dtype
         hidden = tf.einsum("btd,di->bti", inputs, tf.cast(self.layer_1_kernel, dtype))
-        hidden = ACTIVATIONS[self.activation](hidden + tf.cast(self.layer_1_bias, dtype))
+        # bias_add, whose gradient is one BiasAddGrad rather than a generic reduction.
+        hidden = ACTIVATIONS[self.activation](tf.nn.bias_add(hidden, tf.cast(self.layer_1_bias, dtype)))
         hidden = self.inner_dropout(hidden, training=training)
         out = tf.einsum("bti,id->btd", hidden, tf.cast(self.layer_2_kernel, dtype))
-        out = self.output_dropout(out + tf.cast(self.layer_2_bias, dtype), training=training)
+        out = self.output_dropout(tf.nn.bias_add(out, tf.cast(self.layer_2_bias, dtype)), training=training)
         return self.layer_norm(out + inputs)
 
     def get_config(self):

@@ -80,12 +80,14 @@ class Trainer:
     and returning a dict of outputs. loss_fn(outputs, batch) -> (sum of per-example losses, their weight) on
     one replica; the loop divides by the weight summed over replicas, so the loss is the same whatever the
     number of replicas. dataset_fn returns per-replica batches (`input_context.get_per_replica_batch_size`)
-    and must be deterministic given `start_batch`: the data a resumed run sees.
+    and must be deterministic given `start_batch`: the data a resumed run sees. model_kwargs: extra keyword
+    arguments of every training call of the model (the pretrainer's `sequence_output=False`).
     """
 
     def __init__(self, strategy, build_model, loss_fn, dataset_fn, options: TrainingOptions, model_dir,
-                 tokens_per_example=None):
+                 tokens_per_example=None, model_kwargs=None):
         self.strategy = strategy
+        self.model_kwargs = dict(model_kwargs or {})
         self.loss_fn = loss_fn
         self.dataset_fn = dataset_fn
         self.options = options
@@ -141,7 +143,8 @@ class Trainer:
         def forward_backward(batch, mems):
             context = tf.distribute.get_replica_context()
             with tf.GradientTape() as tape:
-                outputs = model(batch, mems=mems, training=True) if use_mems else model(batch, training=True)
+                memory = {"mems": mems} if use_mems else {}
+                outputs = model(batch, training=True, **memory, **self.model_kwargs)
                 loss_sum, weight = self.loss_fn(outputs, batch)
                 total_weight = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(weight, tf.float32))
                 loss = tf.math.divide_no_nan(tf.cast(loss_sum, tf.float32), total_weight) / accumulate

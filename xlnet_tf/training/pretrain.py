@@ -43,6 +43,15 @@ def resolve_config(config_path=None, model_size=None, vocab_size=None):
     return config
 
 
+# The permutation-LM loss reads only the query stream: training skips the last layer's content stream.
+TRAINING_CALL = {"sequence_output": False}
+
+
+def pretraining_loss(outputs, batch):
+    """The Trainer's loss_fn for XLNetPretrainer: (summed cross-entropy, number of real targets)."""
+    return outputs["loss_sum"], outputs["target_count"]
+
+
 def run_pretraining(setup: PretrainingSetup, options, strategy):
     """Trains and returns the logged records. The model directory becomes a pretrained directory
     (`xlnet_config.json`, `spiece.model`, checkpoints/) that `XLNetPretrainer.from_pretrained` and
@@ -81,10 +90,7 @@ def run_pretraining(setup: PretrainingSetup, options, strategy):
             setup.data_dir, batch, sampling, seed=options.seed, input_context=input_context, start_batch=start_batch
         )
 
-    def loss_fn(outputs, batch):
-        return outputs["loss_sum"], outputs["target_count"]
-
-    trainer = Trainer(strategy, build_model, loss_fn, dataset_fn, options, setup.model_dir,
-                      tokens_per_example=metadata["seq_len"])
+    trainer = Trainer(strategy, build_model, pretraining_loss, dataset_fn, options, setup.model_dir,
+                      tokens_per_example=metadata["seq_len"], model_kwargs=TRAINING_CALL)
     records = trainer.train()
     return trainer, records
