@@ -50,6 +50,19 @@ def split_streams(stacked, qlen, axis):
     return content, query
 
 
+@tf.custom_gradient
+def add_head_bias(heads, bias):
+    """heads [B, N, T, H] + bias [N, 1, H], broadcast over batch and positions.
+
+    The bias gradient sums over the batch, then the positions: two contiguous reductions, where the generic
+    broadcast gradient does one strided reduction over both axes (about twice as slow on CPU).
+    """
+    def gradient(upstream):
+        return upstream, tf.reduce_sum(tf.reduce_sum(upstream, axis=0), axis=1, keepdims=True)
+
+    return heads + bias, gradient
+
+
 def _shape(tensor):
     """Static dimensions where known, dynamic ones otherwise."""
     tensor = tf.convert_to_tensor(tensor)
@@ -129,13 +142,16 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         qlen = _shape(content)[1]
         biases = [tf.cast(b, dtype)[:, None, :] if b is not None else None
                   for b in (content_bias, position_bias, segment_bias)]  # [N, 1, H]: broadcast over B and T
-        segment_embedding = None if segment_embedding is None else tf.cast(segment_embedding, dtype)
+        # Only the difference of the two segment embeddings matters: the same-segment score is a constant along
+        # each query's row, which the softmax ignores.
+        segment_change = None if segment_embedding is None else tf.cast(
+            segment_embedding[1] - segment_embedding[0], dtype)  # [N, H]
 
         def attend(q_head, shift, blocked, segment_different):
-            position_scores = shift(self._position_scores(q_head + biases[1], r_head))
+            position_scores = shift(self._position_scores(add_head_bias(q_head, biases[1]), r_head))
             return self._attend(
                 q_head, k_head, v_head, position_scores, blocked, segment_different,
-                biases[0], biases[2], segment_embedding, training,
+                biases[0], biases[2], segment_change, training,
             )
 
         if content_positions is None:
@@ -178,11 +194,11 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         return tf.reshape(scores, [batch, heads, qlen, _shape(r_head)[2]])
 
     def _attend(self, q_head, k_head, v_head, position_scores, blocked, segment_different, content_bias,
-                segment_bias, segment_embedding, training):
-        scores = tf.matmul(q_head + content_bias, k_head, transpose_b=True) + position_scores
-        if segment_embedding is not None and segment_different is not None:
-            by_segment = tf.einsum("bnqh,snh->bnqs", q_head + segment_bias, segment_embedding)
-            scores += tf.where(segment_different[:, None], by_segment[..., 1:], by_segment[..., :1])
+                segment_bias, segment_change, training):
+        scores = tf.matmul(add_head_bias(q_head, content_bias), k_head, transpose_b=True) + position_scores
+        if segment_change is not None and segment_different is not None:
+            change = tf.einsum("bnqh,nh->bnq", add_head_bias(q_head, segment_bias), segment_change)
+            scores += change[..., None] * tf.cast(segment_different, scores.dtype)[:, None]
         # Softmax in float32 so that masking and normalisation are exact in bfloat16 / float16 as well.
         scores = tf.cast(scores, tf.float32) * (1.0 / self.d_head**0.5)
         # Added, as the original does, rather than selected: -1e30 absorbs any score (the same result), and
