@@ -53,12 +53,19 @@ class PositionwiseFeedForward(keras.layers.Layer):
 
     def call(self, inputs, training=False):
         dtype = self.compute_dtype
-        hidden = tf.einsum("btd,di->bti", inputs, tf.cast(self.layer_1_kernel, dtype))
-        # bias_add, whose gradient is one BiasAddGrad rather than a generic reduction.
-        hidden = ACTIVATIONS[self.activation](tf.nn.bias_add(hidden, tf.cast(self.layer_1_bias, dtype)))
-        hidden = self.inner_dropout(hidden, training=training)
-        out = tf.einsum("bti,id->btd", hidden, tf.cast(self.layer_2_kernel, dtype))
-        out = self.output_dropout(tf.nn.bias_add(out, tf.cast(self.layer_2_bias, dtype)), training=training)
+        kernel_1, bias_1 = tf.cast(self.layer_1_kernel, dtype), tf.cast(self.layer_1_bias, dtype)
+        kernel_2, bias_2 = tf.cast(self.layer_2_kernel, dtype), tf.cast(self.layer_2_bias, dtype)
+        if training:
+            hidden = tf.nn.bias_add(tf.einsum("btd,di->bti", inputs, kernel_1), bias_1)
+            hidden = self.inner_dropout(ACTIVATIONS[self.activation](hidden), training=training)
+            out = tf.nn.bias_add(tf.einsum("bti,id->btd", hidden, kernel_2), bias_2)
+            out = self.output_dropout(out, training=training)
+        else:
+            # The same products on rows flattened to [B * T, d]: MatMul + BiasAdd, which oneDNN fuses, is about
+            # 10% (float32) to 20% (bfloat16) faster than the einsum forward; in a training step it was slower.
+            rows = tf.reshape(inputs, [-1, self.d_model])
+            hidden = ACTIVATIONS[self.activation](tf.nn.bias_add(tf.matmul(rows, kernel_1), bias_1))
+            out = tf.reshape(tf.nn.bias_add(tf.matmul(hidden, kernel_2), bias_2), tf.shape(inputs))
         return self.layer_norm(out + inputs)
 
     def get_config(self):
