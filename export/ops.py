@@ -32,7 +32,7 @@ TF_TEXT_OPS = frozenset({
 
 CORE_OPS = frozenset({
     # graph plumbing, function calls, checkpoint restore / save
-    "Const", "Identity", "NoOp", "Placeholder", "PartitionedCall", "StatefulPartitionedCall", "If",
+    "Const", "Identity", "IdentityN", "NoOp", "Placeholder", "PartitionedCall", "StatefulPartitionedCall", "If",
     "Assert", "EnsureShape", "StopGradient", "SaveV2", "RestoreV2", "MergeV2Checkpoints", "ShardedFilename",
     "StringJoin", "StaticRegexFullMatch", "Select", "SelectV2",
     # variables
