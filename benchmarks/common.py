@@ -129,3 +129,22 @@ def time_iterations(step, warmup, iterations):
         step()
         seconds.append(time.perf_counter() - began)
     return seconds
+
+
+def time_case(case: Case, inference_step, make_train_step, inference_note, train_note):
+    """A reference runner's result: for "inference", `inference_step()` (a callable to time) is timed; for a
+    training task, `make_train_step(losses)` builds a step that appends each step's loss to `losses`.
+    Returns {"seconds", "note"} (+ "loss_first", "loss_last" when training)."""
+    if case.task == "inference":
+        return {"seconds": time_iterations(inference_step(), case.warmup, case.iterations), "note": inference_note}
+    losses = []
+    seconds = time_iterations(make_train_step(losses), case.warmup, case.iterations)
+    return {"seconds": seconds, "note": train_note, "loss_first": losses[0], "loss_last": losses[-1]}
+
+
+def require_split_heads(case: Case, who):
+    """Raises Unsupported unless d_head * n_head == d_model, which `who` (a reference's config) assumes."""
+    dims = case.dims
+    if dims["d_head"] * dims["n_head"] != dims["d_model"]:
+        raise Unsupported(f"{who} fixes d_head = d_model // n_head; "
+                         f"got d_head={dims['d_head']} for d_model={dims['d_model']}, n_head={dims['n_head']}")

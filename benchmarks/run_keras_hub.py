@@ -8,7 +8,9 @@ per layer (`XLNetEncoder`), and it has no memory and no attention-probability dr
 
 from __future__ import annotations
 
-from xlnet_tf.benchmarks.common import Case, ReferenceMissing, Unsupported, synthetic_batch, time_iterations
+from xlnet_tf.benchmarks.common import (
+    Case, ReferenceMissing, Unsupported, require_split_heads, synthetic_batch, time_case,
+)
 
 TASKS = ("inference", "finetune")
 SEED = 0
@@ -34,14 +36,10 @@ def run(case: Case) -> dict:
         "padding_mask": tf.constant(features["padding_mask"]),
     }
     note = f"tf.function{', XLA' if case.xla else ''}"
-    if case.task == "inference":
-        seconds = time_iterations(_inference_step(case, inputs), case.warmup, case.iterations)
-        return {"seconds": seconds, "note": f"{note}, backbone(training=False)"}
-    losses = []
-    step = _finetune_step(case, inputs, tf.constant(features["label_ids"]), losses)
-    seconds = time_iterations(step, case.warmup, case.iterations)
-    return {"seconds": seconds, "note": f"{note}, GradientTape + Keras AdamW (global_clipnorm 1.0)",
-            "loss_first": losses[0], "loss_last": losses[-1]}
+    return time_case(
+        case, lambda: _inference_step(case, inputs),
+        lambda losses: _finetune_step(case, inputs, tf.constant(features["label_ids"]), losses),
+        f"{note}, backbone(training=False)", f"{note}, GradientTape + Keras AdamW (global_clipnorm 1.0)")
 
 
 def _check(case):
@@ -51,10 +49,7 @@ def _check(case):
                          f"target_mapping) input and no LM head, so no {case.task!r}")
     if case.precision not in ("float32", "bfloat16"):
         raise Unsupported(f"keras-hub runner supports float32 and bfloat16, not {case.precision!r}")
-    dims = case.dims
-    if dims["d_head"] * dims["n_head"] != dims["d_model"]:
-        raise Unsupported("keras-hub's XLNetBackbone fixes d_head = d_model // n_head; "
-                         f"got d_head={dims['d_head']} for d_model={dims['d_model']}, n_head={dims['n_head']}")
+    require_split_heads(case, "keras-hub's XLNetBackbone")
 
 
 def _dtype(case):

@@ -11,7 +11,7 @@ is computed here.
 
 from __future__ import annotations
 
-from xlnet_tf.benchmarks.common import Case, ReferenceMissing, Unsupported, synthetic_batch, time_iterations
+from xlnet_tf.benchmarks.common import Case, ReferenceMissing, Unsupported, synthetic_batch, time_case
 
 TASKS = ("inference", "pretrain")
 SEED = 0
@@ -30,13 +30,9 @@ def run(case: Case) -> dict:
     tf.random.set_seed(SEED)
     features = {name: tf.constant(value) for name, value in synthetic_batch(case).items()}
     note = f"tf.function{', XLA' if case.xla else ''}"
-    if case.task == "inference":
-        seconds = time_iterations(_inference_step(case, features), case.warmup, case.iterations)
-        return {"seconds": seconds, "note": f"{note}, XLNetBase(training=False)"}
-    losses = []
-    seconds = time_iterations(_pretrain_step(case, features, losses), case.warmup, case.iterations)
-    return {"seconds": seconds, "note": f"{note}, XLNetPretrainer + tf_keras AdamW (global_clipnorm 1.0)",
-            "loss_first": losses[0], "loss_last": losses[-1]}
+    return time_case(
+        case, lambda: _inference_step(case, features), lambda losses: _pretrain_step(case, features, losses),
+        f"{note}, XLNetBase(training=False)", f"{note}, XLNetPretrainer + tf_keras AdamW (global_clipnorm 1.0)")
 
 
 def _check(case):

@@ -12,7 +12,7 @@ import contextlib
 import os
 
 from xlnet_tf.benchmarks.common import (
-    TASKS, Case, ReferenceMissing, Unsupported, synthetic_batch, time_iterations,
+    TASKS, Case, ReferenceMissing, Unsupported, require_split_heads, synthetic_batch, time_case,
 )
 
 SEED = 0
@@ -33,13 +33,9 @@ def run(case: Case) -> dict:
     torch.manual_seed(SEED)
     tensors = _tensors(case)
     precision = ", autocast bfloat16" if case.precision == "bfloat16" else ""
-    if case.task == "inference":
-        seconds = time_iterations(_inference_step(case, tensors), case.warmup, case.iterations)
-        return {"seconds": seconds, "note": f"eager PyTorch, inference_mode{precision}"}
-    losses = []
-    seconds = time_iterations(_train_step(case, tensors, losses), case.warmup, case.iterations)
-    return {"seconds": seconds, "note": f"eager PyTorch, backward + clip_grad_norm_ + AdamW{precision}",
-            "loss_first": losses[0], "loss_last": losses[-1]}
+    return time_case(
+        case, lambda: _inference_step(case, tensors), lambda losses: _train_step(case, tensors, losses),
+        f"eager PyTorch, inference_mode{precision}", f"eager PyTorch, backward + clip_grad_norm_ + AdamW{precision}")
 
 
 def _check(case):
@@ -50,10 +46,7 @@ def _check(case):
         raise Unsupported("transformers' PyTorch XLNet runs eagerly on the CPU here: no XLA")
     if case.precision not in ("float32", "bfloat16"):
         raise Unsupported(f"transformers runner supports float32 and bfloat16, not {case.precision!r}")
-    dims = case.dims
-    if dims["d_head"] * dims["n_head"] != dims["d_model"]:
-        raise Unsupported("transformers' XLNetConfig fixes d_head = d_model // n_head; "
-                         f"got d_head={dims['d_head']} for d_model={dims['d_model']}, n_head={dims['n_head']}")
+    require_split_heads(case, "transformers' XLNetConfig")
 
 
 def _tensors(case):
