@@ -74,36 +74,42 @@ class XLNetAdamW(keras.optimizers.AdamW):
         return self._factors.get(self._var_key(variable), 1.0)
 
     def update_step(self, gradient, variable, learning_rate):
-        learning_rate = learning_rate * self.factor(variable)
-        if self.amsgrad or isinstance(gradient, tf.IndexedSlices) or not hasattr(variable, "handle"):
-            return super().update_step(gradient, variable, learning_rate)
-        # keras Adam's update (bias correction, epsilon outside the square root) in TensorFlow's fused kernel:
-        # one pass over variable, m and v instead of about ten.
         dtype = variable.dtype
+        learning_rate = tf.cast(learning_rate, dtype) * self.factor(variable)
+        decayed = self.weight_decay is not None and self._decayed.get(self._var_key(variable), False)
+        decay_rate = learning_rate * tf.cast(self.weight_decay, dtype) if decayed else tf.constant(0.0, dtype)
+        if self.amsgrad or isinstance(gradient, tf.IndexedSlices) or not hasattr(variable, "handle"):
+            if decayed:
+                variable.assign_sub(variable * decay_rate)
+            return super().update_step(gradient, variable, learning_rate)
+        # keras AdamW's arithmetic (decay first; bias correction; epsilon outside the square root) as one
+        # XLA-compiled pass over variable, m, v and the gradient instead of about five.
         step = tf.cast(self.iterations + 1, dtype)
         beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+        alpha = learning_rate * tf.sqrt(1 - tf.pow(beta_2, step)) / (1 - tf.pow(beta_1, step))
         index = self._get_variable_index(variable)
-        return tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle, m=_handle(self._momentums[index]), v=_handle(self._velocities[index]),
-            beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step), lr=tf.cast(learning_rate, dtype),
-            beta1=beta_1, beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype),
-        )
+        adamw_update(_handle(variable), _handle(self._momentums[index]), _handle(self._velocities[index]),
+                     tf.cast(gradient, dtype), alpha, decay_rate, beta_1, beta_2, tf.cast(self.epsilon, dtype))
 
     def _apply_weight_decay(self, variables):
-        if self.weight_decay is None:
-            return
-        decayed = [(v.value if isinstance(v, keras.Variable) else v, self.factor(v))
-                   for v in variables if self._decayed.get(self._var_key(v), False)]
+        """Nothing here: `update_step` applies the decay in the same pass as the Adam update."""
 
-        def apply(distribution):
-            for variable, factor in decayed:
-                def decay(var, factor=factor):
-                    rate = tf.cast(self.learning_rate, var.dtype) * factor * tf.cast(self.weight_decay, var.dtype)
-                    var.assign_sub(var * rate)
 
-                distribution.extended.update(variable, decay, group=False)
+@tf.function(jit_compile=True, autograph=False)
+def adamw_update(variable, m, v, gradient, alpha, decay_rate, beta_1, beta_2, epsilon):
+    """In place: variable -= decay_rate * variable, then Adam's step with m, v and the bias-corrected rate `alpha`,
+    in the order of keras' AdamW and TensorFlow's ApplyAdam kernel. variable, m, v: resource handles of
+    variables shaped like `gradient` (handles, so that a strategy's local copies are the ones updated)."""
+    def read(handle):
+        return tf.raw_ops.ReadVariableOp(resource=handle, dtype=gradient.dtype)
 
-        tf.__internal__.distribute.interim.maybe_merge_call(apply, self._distribution_strategy)
+    value = read(variable)
+    value = value - value * decay_rate
+    m_new = read(m) + (gradient - read(m)) * (1 - beta_1)
+    v_new = read(v) + (gradient * gradient - read(v)) * (1 - beta_2)
+    tf.raw_ops.AssignVariableOp(resource=m, value=m_new)
+    tf.raw_ops.AssignVariableOp(resource=v, value=v_new)
+    tf.raw_ops.AssignVariableOp(resource=variable, value=value - m_new * alpha / (tf.sqrt(v_new) + epsilon))
 
 
 def _handle(variable):
