@@ -291,8 +291,11 @@ def build_reusable_module(model, tokenizer, max_seq_len):
     root.regularization_losses = []
 
     def call(inputs, training=False):
+        # Both modes trace the inference graph: without dropout they compute the same function, and the
+        # training-mode layers use XLA-compiled parts (the feed-forward's GELU) that an export must not hold.
+        del training
         hidden = encoder({k: inputs[k] for k in ("input_ids", "segment_ids", "padding_mask")},
-                         training=training)["sequence_output"]
+                         training=False)["sequence_output"]
         hidden = tf.cast(hidden, tf.float32)
         return {"sequence_output": hidden, "pooled_output": hidden[:, -1]}
 
