@@ -13,13 +13,15 @@ def non_weight_variables(layer):
 
 
 def reference_keep(state, shape, threshold):
-    """The mask recomputed from the seed state, independently of the layer: uint32 draws split in two."""
+    """The mask recomputed from the seed state, independently of the layer: 32-bit ThreeFry words (XLA's, as
+    `tf.random.stateless_uniform(alg="threefry")` draws them under jit_compile), low halves for the first
+    ceil(last / 2) elements of each row, high halves for the rest, compared in numpy."""
     seed = tf.constant(np.asarray(state, np.int64) % (2**31 - 2), tf.int32)
-    rows, last = int(np.prod(shape[:-1])), shape[-1]
-    words = tf.random.stateless_uniform(
-        [rows, (last + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32
-    ).numpy()
-    bits = words.view(np.uint16).reshape(rows, -1)[:, :last].reshape(shape)
+    half = (shape[-1] + 1) // 2
+    draw = tf.function(lambda s: tf.random.stateless_uniform(
+        list(shape[:-1]) + [half], seed=s, minval=None, maxval=None, dtype=tf.uint32, alg="threefry"), jit_compile=True)
+    words = draw(seed).numpy()
+    bits = np.concatenate([words & 0xFFFF, words >> 16], axis=-1)[..., : shape[-1]]
     return bits >= threshold
 
 

@@ -1,24 +1,43 @@
-"""Dropout with 16-bit random numbers: a faster drop-in for `keras.layers.Dropout` in training steps.
+"""Dropout with 16-bit random numbers drawn by XLA: a faster drop-in for `keras.layers.Dropout` in training steps.
 
 Keras' TensorFlow dropout draws one float32 uniform per element (Philox `StatelessRandomUniformV2`), then
-compares, multiplies and selects. Here each 32-bit Philox output is split into two 16-bit integers
-(`tf.bitcast` uint32 -> uint16), so the generator does half the work and the random tensor is half the
-bytes. An element is kept iff its 16-bit number `bits >= threshold`, with `threshold = round(rate * 65536)`;
-the keep probability is therefore exactly `(65536 - threshold) / 65536`, and kept values are multiplied by
-`scale = 65536 / (65536 - threshold)`, so `E[output] == input` exactly (up to the rounding of `scale` in
-the input's dtype). The effective drop rate is `threshold / 65536` (0.100006 for 0.1), within 2**-17 of
-the requested rate.
+compares, multiplies and selects, each a separate pass over the tensor. Here one XLA-compiled function
+(`scaled_keep_mask`) draws 32-bit ThreeFry words, takes two 16-bit numbers from each (its low and high halves,
+so the generator does half the work), compares and scales: the mask comes out of one loop, and XLA's ThreeFry
+was about three times as fast on this CPU as TensorFlow's Philox kernel. An element is kept iff its 16-bit
+number `bits >= threshold`, with `threshold = round(rate * 65536)`; the keep probability is therefore exactly
+`(65536 - threshold) / 65536`, and kept values are multiplied by `scale = 65536 / (65536 - threshold)`, so
+`E[output] == input` exactly (up to the rounding of `scale` in the input's dtype). The effective drop rate is
+`threshold / 65536` (0.100006 for 0.1), within 2**-17 of the requested rate. ThreeFry is counter-based, so a
+seed gives the same mask on every platform.
 
-The mask is applied as `x * (cast(keep) * scale)`: in a forward+backward micro-benchmark (float32
-[8, 128, 3072], tf.function, 2 CPU cores) it was as fast as a `tf.custom_gradient` version and faster than
-`tf.where(keep, x * scale, 0)`, and about 1.5x faster than `keras.layers.Dropout`.
+The layer returns `x * mask`, whose gradient is `upstream * mask`. Forward + backward of a float32
+[8, 128, 3072] dropout on 2 CPU cores: 13.6 ms with keras' Dropout; 9.1 ms drawing 16-bit numbers with
+TensorFlow's Philox op and masking in TensorFlow ops (this layer's previous version; 6.9-7.2 ms in a later
+run), 5.3-5.8 ms in that later run with the compiled mask.
 """
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 _LEVELS = 65536  # number of distinct 16-bit values
+
+
+@tf.function(jit_compile=True, autograph=False)
+def scaled_keep_mask(shape, seed, threshold, scale):
+    """The dropout mask of `shape` (int32 [rank >= 1]) drawn from `seed` (int32 [2]): `scale` (a scalar of the
+    mask's dtype) where the element's 16-bit random number is >= `threshold` (uint32 scalar), else 0.
+
+    Element j of the last axis takes the low half of 32-bit ThreeFry word j for j < half = ceil(last / 2), and
+    the high half of word j - half after that. One compiled loop draws, compares and scales."""
+    half = (shape[-1] + 1) // 2
+    words = tf.random.stateless_uniform(
+        tf.concat([shape[:-1], [half]], 0), seed=seed, minval=None, maxval=None, dtype=tf.uint32, alg="threefry"
+    )
+    low = tf.bitwise.bitwise_and(words, tf.constant(0xFFFF, tf.uint32))
+    high = tf.bitwise.right_shift(words, tf.constant(16, tf.uint32))
+    keep = tf.concat([low >= threshold, high >= threshold], axis=-1)[..., : shape[-1]]
+    return tf.cast(keep, scale.dtype) * scale
 
 
 class Dropout(keras.layers.Layer):
@@ -56,32 +75,15 @@ class Dropout(keras.layers.Layer):
         seed = self.seed_generator.next()
         return tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
 
-    def _random_bits(self, inputs):
-        """uint16 random numbers with the shape of `inputs`, two from each 32-bit Philox output."""
-        static = inputs.shape.as_list()
-        dynamic = tf.shape(inputs)
-        if not static:
-            rows, last = 1, 1
-        else:
-            last = static[-1] if static[-1] is not None else dynamic[-1]
-            leading = static[:-1]
-            rows = int(np.prod(leading)) if None not in leading else tf.reduce_prod(dynamic[:-1])
-        half = (last + 1) // 2
-        words = tf.random.stateless_uniform(
-            [rows, half], seed=self._stateless_seed(), minval=None, maxval=None, dtype=tf.uint32
-        )
-        bits = tf.reshape(tf.bitcast(words, tf.uint16), [rows, 2 * half])
-        if not (isinstance(last, int) and last % 2 == 0):
-            bits = bits[:, :last]
-        bits = tf.reshape(bits, static if None not in static else dynamic)
-        bits.set_shape(inputs.shape)
-        return bits
-
     def call(self, inputs, training=False):
         if not training or self.threshold == 0:
             return inputs
-        keep = self._random_bits(inputs) >= tf.constant(self.threshold, tf.uint16)
-        return inputs * (tf.cast(keep, inputs.dtype) * tf.cast(self.scale, inputs.dtype))
+        if inputs.shape.rank == 0:
+            return tf.reshape(self.call(tf.reshape(inputs, [1]), training=training), [])
+        mask = scaled_keep_mask(tf.shape(inputs), self._stateless_seed(), tf.constant(self.threshold, tf.uint32),
+                                tf.constant(self.scale, inputs.dtype))
+        mask.set_shape(inputs.shape)
+        return inputs * mask
 
     def compute_output_shape(self, input_shape):
         return input_shape
