@@ -8,10 +8,14 @@ import tensorflow as tf
 from xlnet_tf.layers.dropout import Dropout
 
 
+_TANH_SCALE = math.sqrt(2.0 / math.pi)  # the tanh approximation's constants
+_TANH_CUBIC = 0.044715
+
+
 def gelu_tanh(x):
     """GELU, tanh approximation: the published XLNet's `gelu`."""
     cube = x * x * x
-    return 0.5 * x * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * cube)))
+    return 0.5 * x * (1.0 + tf.tanh(_TANH_SCALE * (x + _TANH_CUBIC * cube)))
 
 
 def gelu_exact(x):
@@ -21,10 +25,9 @@ def gelu_exact(x):
 
 def gelu_tanh_derivative(x):
     """d gelu_tanh / dx."""
-    c = math.sqrt(2.0 / math.pi)
-    square = x * x
-    t = tf.tanh(x * (c + (c * 0.044715) * square))
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (c + (3.0 * c * 0.044715) * square)
+    c, square = _TANH_SCALE, x * x
+    t = tf.tanh(x * (c + (c * _TANH_CUBIC) * square))
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (c + (3.0 * c * _TANH_CUBIC) * square)
 
 
 def gelu_exact_derivative(x):

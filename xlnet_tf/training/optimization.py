@@ -103,10 +103,10 @@ def adamw_update(variable, m, v, gradient, alpha, decay_rate, beta_1, beta_2, ep
     def read(handle):
         return tf.raw_ops.ReadVariableOp(resource=handle, dtype=gradient.dtype)
 
-    value = read(variable)
+    value, m_old, v_old = read(variable), read(m), read(v)
     value = value - value * decay_rate
-    m_new = read(m) + (gradient - read(m)) * (1 - beta_1)
-    v_new = read(v) + (gradient * gradient - read(v)) * (1 - beta_2)
+    m_new = m_old + (gradient - m_old) * (1 - beta_1)
+    v_new = v_old + (gradient * gradient - v_old) * (1 - beta_2)
     tf.raw_ops.AssignVariableOp(resource=m, value=m_new)
     tf.raw_ops.AssignVariableOp(resource=v, value=v_new)
     tf.raw_ops.AssignVariableOp(resource=variable, value=value - m_new * alpha / (tf.sqrt(v_new) + epsilon))
