@@ -11,8 +11,8 @@ The version is written to a temporary directory inside ``BASE/NAME`` whose name 
 (TF Serving only loads all-digit names), checked (ops allowlist), then renamed into place, so a polling
 server never sees a half-written version. An existing version is never overwritten.
 
-Signatures (B = batch, L = max_seq_len; every input is required, every output has B first and a width
-fixed at export time):
+Signatures (B = batch, L = max_seq_len, T = the request's width: its longest row rounded up to a multiple of
+8, at most L; every input is required, every output has B first):
 
 * classification: ``serving_default(text)`` -- or ``(text_a, text_b)`` for a model trained on pairs --
   -> ``logits`` float32 [B, C], ``probabilities`` float32 [B, C], ``label_id`` int64 [B], ``label`` string
@@ -28,12 +28,12 @@ fixed at export time):
 * race: ``serving_default(article, question, options [B, C])`` -> ``logits`` / ``probabilities`` float32
   [B, C], ``answer_index`` int64 [B].
 * every export: ``encode`` (the serving text inputs, single-sentence layout for squad / race) ->
-  ``sequence_output`` float32 [B, L, d_model], ``pooled_output`` float32 [B, d_model] (the ``<cls>`` state,
-  the last position), ``padding_mask`` / ``input_ids`` / ``segment_ids`` int32 [B, L]; ``tokenize(text)``
+  ``sequence_output`` float32 [B, T, d_model], ``pooled_output`` float32 [B, d_model] (the ``<cls>`` state,
+  the last position), ``padding_mask`` / ``input_ids`` / ``segment_ids`` int32 [B, T]; ``tokenize(text)``
   -> ``token_ids`` int32 [B, L], ``token_start`` / ``token_end`` int64 [B, L] (code point spans in
   ``text``), all padded with -1 after the first L tokens, ``num_tokens`` int64 [B] (before truncation);
-  ``predict_ids(input_ids, segment_ids, padding_mask int32 [B, L]`` (+ ``p_mask`` [B, L] and ``cls_index``
-  [B] for squad; [B, C, L] for race)) -> the head's raw outputs.
+  ``predict_ids(input_ids, segment_ids, padding_mask int32 [B, T]`` (+ ``p_mask`` [B, T] and ``cls_index``
+  [B] for squad; [B, C, T] for race), any T <= L) -> the head's raw outputs.
 """
 
 import json
@@ -143,7 +143,8 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
         ``spiece.model``), as written by ``xlnet-tf finetune``.
       export_base: ``BASE/NAME``; the export goes to ``BASE/NAME/<version>/``.
       version: a non-negative integer; default: one more than the highest existing version (1 first).
-      max_seq_len: L of every signature (default: the ``max_seq_len`` the model was fine-tuned with).
+      max_seq_len: L, the longest input of every signature (default: the ``max_seq_len`` the model was
+        fine-tuned with); requests are padded to their own longest row.
       reusable: write the reusable encoder (``build_reusable_module``: TF Hub-style ``__call__`` on ids,
         trainable ``variables``, plus ``serving_default`` / ``encode`` / ``tokenize`` on text) instead of the
         task model.

@@ -5,6 +5,11 @@
 TF Text ops) and the graph feature builders (``xlnet_tf.data.graph_features``), so a served request gets
 exactly the rows that ``xlnet_tf.data.finetuning`` builds for training and ``xlnet-tf predict``.
 
+A request is padded to its own longest row, rounded up to a multiple of ``PAD_MULTIPLE`` (8) and at most
+the export's ``max_seq_len``, not to ``max_seq_len``: XLNet's outputs at real positions do not depend on the
+amount of padding, so a short request costs less and gets the same answer. Requests that a server merges
+into one batch (strings, merged before tokenization) are padded once, to the longest merged row.
+
 Tokenization and feature building are pinned to the CPU (``tf.device("/cpu:0")``); the model runs
 wherever the server places it. Every ``tf.function`` is traced with ``jit_compile=False``.
 """
@@ -12,6 +17,7 @@ wherever the server places it. Every ``tf.function`` is traced with ``jit_compil
 import tensorflow as tf
 
 from xlnet_tf.data import graph_features as gf
+from xlnet_tf.data.buckets import PAD_MULTIPLE
 
 _JIT = False  # no XLA in served functions
 
@@ -44,6 +50,20 @@ def _same_batch(*tensors):
     n = tf.shape(tensors[0])[0]
     for t in tensors[1:]:
         tf.debugging.assert_equal(tf.shape(t)[0], n, message="all inputs of a request need the same batch size")
+
+
+def _ids_spec(names, choices=None):
+    """``predict_ids`` inputs: int32 ``[B, T]`` (``[B, C, T]``), any T up to the export's max_seq_len."""
+    shape = [None, None] if choices is None else [None, choices, None]
+    return [tf.TensorSpec(shape, tf.int32, name=n) for n in names]
+
+
+def _check_width(ids, length):
+    """Fail (InvalidArgument) when ids are wider than the export's max_seq_len, or their widths differ."""
+    width = tf.shape(ids[0])[-1]
+    tf.debugging.assert_less_equal(width, length, message=f"input_ids may have at most {length} positions")
+    for t in ids[1:]:
+        tf.debugging.assert_equal(tf.shape(t)[-1], width, message="all id inputs need the same number of positions")
 
 
 class _Root(tf.__internal__.tracking.AutoTrackable):
@@ -97,7 +117,7 @@ class _Graphs:
                 _same_batch(text_a, text_b)
             ids_a = self.token_ids(text_a)
             ids_b = None if text_b is None else self.token_ids(text_b)
-            return gf.classification_inputs(ids_a, ids_b, self.length)
+            return gf.classification_inputs(ids_a, ids_b, self.length, pad_to_multiple=PAD_MULTIPLE)
 
     def tokenize(self, text):
         """token_ids int32, token_start / token_end int64 (code points) ``[B, L]`` padded with -1;
@@ -137,7 +157,7 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
       tokenizer: its ``XLNetTokenizer``.
       finetune_config: the fine-tuned directory's config (``task``, ``label_names``, ``pairs``,
         ``doc_stride``, ``max_query_len``, ``max_qa_len``, ``num_choices``).
-      max_seq_len: L of every signature.
+      max_seq_len: L, the longest input of every signature (requests are padded to their longest row).
     Returns:
       ``(root, signatures)``: the root object holding the tokenizer and the model's variables, and the
       concrete functions by signature name (``serving_default``, ``encode``, ``tokenize``, ``predict_ids``).
@@ -189,8 +209,9 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
             def serving_default(text):
                 return answers(g.classification_inputs(text))
 
-        @_fn([tf.TensorSpec([None, length], tf.int32, name=n) for n in ("input_ids", "segment_ids", "padding_mask")])
+        @_fn(_ids_spec(("input_ids", "segment_ids", "padding_mask")))
         def predict_ids(input_ids, segment_ids, padding_mask):
+            _check_width([input_ids, segment_ids, padding_mask], length)
             return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask})
 
     elif task == "squad":
@@ -203,7 +224,7 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
                 _same_batch(question, context)
                 c_ids, c_start, c_end = g.tokens_with_offsets(context)
                 windows = gf.squad_windows(g.token_ids(question), c_ids, c_start, c_end, length, doc_stride,
-                                           max_query_len)
+                                           max_query_len, pad_to_multiple=PAD_MULTIPLE)
             out = g.head({k: windows[k] for k in ("input_ids", "segment_ids", "padding_mask", "p_mask",
                                                     "cls_index")})
             with tf.device("/cpu:0"):
@@ -224,10 +245,10 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
                 "window_index": tf.where(best["found"], best["window"] - first_window, -1),
             }
 
-        @_fn([tf.TensorSpec([None, length], tf.int32, name=n)
-              for n in ("input_ids", "segment_ids", "padding_mask", "p_mask")]
+        @_fn(_ids_spec(("input_ids", "segment_ids", "padding_mask", "p_mask"))
              + [tf.TensorSpec([None], tf.int32, name="cls_index")])
         def predict_ids(input_ids, segment_ids, padding_mask, p_mask, cls_index):
+            _check_width([input_ids, segment_ids, padding_mask, p_mask], length)
             return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask,
                            "p_mask": p_mask, "cls_index": cls_index})
 
@@ -241,17 +262,16 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
                 _same_batch(article, question, options)
                 qa = gf.race_qa_text(question, options)
                 features = gf.race_inputs(g.token_ids(article), g.token_ids(tf.reshape(qa, [-1])), choices, length,
-                                          max_qa_len)
-                features = {k: tf.reshape(v, [-1, choices, length]) for k, v in features.items()}
+                                          max_qa_len, pad_to_multiple=PAD_MULTIPLE)
+                features = {k: tf.reshape(features[k], [-1, choices, tf.shape(features[k])[-1]])
+                            for k in ("input_ids", "segment_ids", "padding_mask")}
             logits = g.head(features)["logits"]
             return {"logits": logits, "probabilities": tf.nn.softmax(logits, -1),
                     "answer_index": tf.argmax(logits, -1)}
 
-        choice_spec = [tf.TensorSpec([None, choices, length], tf.int32, name=n)
-                       for n in ("input_ids", "segment_ids", "padding_mask")]
-
-        @_fn(choice_spec)
+        @_fn(_ids_spec(("input_ids", "segment_ids", "padding_mask"), choices))
         def predict_ids(input_ids, segment_ids, padding_mask):
+            _check_width([input_ids, segment_ids, padding_mask], length)
             return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask})
     else:
         raise ValueError(f"unknown task {task!r}")
@@ -273,7 +293,8 @@ def build_reusable_module(model, tokenizer, max_seq_len):
     ``sequence_output`` float32 ``[B, T, d_model]`` and ``pooled_output`` ``[B, d_model]`` (the state at the
     LAST position: ``<cls>`` in XLNet's left-padded layout). ``training`` is accepted for the convention;
     the encoder has no dropout in either mode. ``text_inputs(text)`` turns raw strings into those inputs
-    (single-sentence layout ``text <sep> <cls>``, left-padded to max_seq_len). ``variables``,
+    (single-sentence layout ``text <sep> <cls>``, at most max_seq_len tokens, left-padded to the batch's
+    longest row rounded up to a multiple of 8). ``variables``,
     ``trainable_variables`` (the encoder weights the call uses: all but the pretraining-only ``mask_emb``) and
     ``regularization_losses`` (empty) are attributes. Load it with ``import tensorflow_text`` first (it
     registers the tokenizer's ops); ``xlnet_tf.export.keras_layer.ReusableEncoderLayer`` wraps it as a

@@ -3,9 +3,9 @@
 Tiny fine-tuned directories (random weights, initialiser stddev 0.3 so that outputs depend strongly on the
 input) are exported; the exports are COPIED elsewhere (originals deleted) and run in a separate Python
 process that imports only tensorflow and tensorflow_text (an import hook makes any import of xlnet_tf
-fail). Their outputs are compared with the in-Python model fed by the numpy feature builders
-(``xlnet_tf.data.finetuning``) and, for SQuAD, ``squad_predictions``. Every checked figure is printed with
-its bound.
+fail). Their outputs are compared with the in-Python model fed by the training path's features
+(``xlnet_tf.data.finetuning``, padded to max_seq_len, where the exports pad each request to its longest row)
+and, for SQuAD, ``squad_predictions``. Every checked figure is printed with its bound.
 """
 
 import json
@@ -194,6 +194,8 @@ def _pairs():
 
 TEXTS = ["A positive sentence.", ""] + UNICODE + [LONG]
 CLS_BATCH = (LINES[:50] + UNICODE + ["", LONG] + LINES[500:507])[:64]
+ALONE = (0, 3, 50, 55, 56)  # rows sent alone too: short, accented, empty, 20k characters
+SHORT = ["short", "a few words here"]  # a request far shorter than max_seq_len
 QUESTIONS = ["What does the if statement do?", "Which exceptions are raised?", "Qui sert une crème brûlée ?",
              "テキストは何ですか", "", "What is a “smart quote”?", "What happens to ``quoted'' text?",
              "Where is the tab?"]
@@ -223,21 +225,24 @@ def _request(path, signature, session=False, **inputs):
 
 @pytest.fixture(scope="module")
 def features(tokenizer):
-    """Numpy features (the training path) for the requests sent to the exports."""
+    """Numpy features (the training path, padded to max_seq_len) for the requests sent to the exports."""
     from xlnet_tf.data import finetuning as ft
+    from xlnet_tf.data import readers as rd
 
     a, b = _pairs()
-    squad_examples = [ft.SquadExample(str(i), q, c) for i, (q, c) in enumerate(zip(QUESTIONS, CONTEXTS))]
-    multi_examples = [ft.SquadExample(f"m{i}", q, c) for i, (q, c) in enumerate(MULTI)]
-    race_examples = [ft.RaceExample(art, q, opts) for art, q, opts in RACE]
+    squad_examples = [rd.SquadExample(str(i), q, c) for i, (q, c) in enumerate(zip(QUESTIONS, CONTEXTS))]
+    multi_examples = [rd.SquadExample(f"m{i}", q, c) for i, (q, c) in enumerate(MULTI)]
+    race_examples = [rd.RaceExample(art, q, opts) for art, q, opts in RACE]
+    ids, starts, ends = (t.to_list() for t in ft.tokens_with_char_offsets(tokenizer, TEXTS))
     return {
-        "cls": ft.classification_features([ft.TextExample(t) for t in CLS_BATCH], tokenizer, CLS_LEN)[0],
-        "cls_texts": ft.classification_features([ft.TextExample(t) for t in TEXTS], tokenizer, CLS_LEN)[0],
-        "pair": ft.classification_features([ft.TextExample(x, y) for x, y in zip(a, b)], tokenizer, CLS_LEN)[0],
+        "cls": ft.classification_features([rd.TextExample(t) for t in CLS_BATCH], tokenizer, CLS_LEN)[0],
+        "cls_texts": ft.classification_features([rd.TextExample(t) for t in TEXTS], tokenizer, CLS_LEN)[0],
+        "pair": ft.classification_features([rd.TextExample(x, y) for x, y in zip(a, b)], tokenizer, CLS_LEN)[0],
         "squad": (squad_examples, ft.squad_features(squad_examples, tokenizer, SQUAD_LEN, **SQUAD_OPTIONS)[0]),
         "multi": (multi_examples, ft.squad_features(multi_examples, tokenizer, SQUAD_LEN, **SQUAD_OPTIONS)[0]),
         "race": ft.race_features(race_examples, tokenizer, RACE_LEN, max_qa_len=RACE_QA_LEN)[0],
-        "tokens": ft._encode_with_char_offsets(tokenizer, TEXTS),
+        "tokens": [tuple(np.array(x, np.int64) for x in row) for row in zip(ids, starts, ends)],
+        "short": ft.classification_features([rd.TextExample(t) for t in SHORT], tokenizer, CLS_LEN)[0],
     }
 
 
@@ -273,7 +278,13 @@ def served(work, exports, features):
         "race/batch1": _request(exports["race"], "serving_default", article=[RACE[1][0]], question=[RACE[1][1]],
                                 options=[RACE[1][2]]),
         "reusable/encode": _request(exports["reusable"], "serving_default", text=TEXTS),
+        "reusable/encode_short": _request(exports["reusable"], "serving_default", text=SHORT),
     }
+    # Each text of a mixed-length batch alone: padded to its own length instead of the batch's.
+    for i in ALONE:
+        requests[f"cls/alone{i}"] = _request(exports["cls"], "serving_default", text=[CLS_BATCH[i]])
+        requests[f"cls/encode_alone{i}"] = _request(exports["cls"], "encode", text=[CLS_BATCH[i]])
+        requests[f"pair/alone{i}"] = _request(exports["pair"], "serving_default", text_a=[a[i]], text_b=[b[i]])
     # The same requests through a TF1 Session, as TensorFlow Serving loads a SavedModel.
     for key in ("cls/batch64", "pair/batch64", "reg/batch64", "squad/batch", "race/batch", "reusable/encode"):
         requests[key + "@session"] = dict(requests[key], session=True)
@@ -364,6 +375,32 @@ def test_classification_matches_python_model(served, references, features):
     check("reusable/serving_default sequence_output", served["reusable/encode"]["sequence_output"], hidden)
 
 
+def test_each_request_is_padded_to_its_own_longest_row(served, references, features):
+    """A text alone (padded to its own length) gets what it gets inside a mixed-length batch of 64."""
+    for i in ALONE:
+        for key in ("cls", "pair"):
+            check(f"{key}: text {i} alone vs in the batch of 64, logits", served[f"{key}/alone{i}"]["logits"][0],
+                  served[f"{key}/batch64"]["logits"][i])
+        encoded = served[f"cls/encode_alone{i}"]
+        n = int(features["cls"]["length"][i])
+        width = encoded["input_ids"].shape[1]
+        print(f"text {i}: {n} tokens -> encode width {width} (bound: the multiple of 8 at or above {n}, at most "
+              f"{CLS_LEN})")
+        assert width == min(-(-n // 8) * 8, CLS_LEN)
+        report(f"text {i}: encode input_ids alone == the training row's last {width} positions",
+               encoded["input_ids"].tolist(), features["cls"]["input_ids"][i:i + 1, -width:].tolist())
+    short = served["reusable/encode_short"]
+    width = -(-int(features["short"]["length"].max()) // 8) * 8
+    report(f"reusable encode of two short texts ({features['short']['length'].tolist()} tokens): shape",
+           list(short["sequence_output"].shape), [2, width, 32])
+    assert width < CLS_LEN
+    ids = {k: features["short"][k] for k in ("input_ids", "segment_ids", "padding_mask")}
+    padded = references["cls"][0].transformer(ids, training=False)["sequence_output"].numpy()[:, -width:]
+    real = short["padding_mask"][..., None]
+    check(f"reusable encode, short texts at width {width}: states at real positions vs padded to {CLS_LEN}",
+          short["sequence_output"] * real, padded * real)
+
+
 def test_pair_and_regression_match_python_model(served, references, features, tokenizer):
     model, config = references["pair"]
     want = _run(model, "classification", features["pair"])["logits"]
@@ -372,8 +409,9 @@ def test_pair_and_regression_match_python_model(served, references, features, to
     report("pair/batch64 label", served["pair/batch64"]["label"].tolist(),
            [config["label_names"][i] for i in want.argmax(-1)])
     from xlnet_tf.data import finetuning as ft
+    from xlnet_tf.data.readers import TextExample
 
-    single = ft.classification_features([ft.TextExample("", "")], tokenizer, CLS_LEN)[0]
+    single = ft.classification_features([TextExample("", "")], tokenizer, CLS_LEN)[0]
     check("pair/batch1 logits (empty pair)", served["pair/batch1"]["logits"],
           model({k: single[k] for k in ("input_ids", "segment_ids", "padding_mask")}, training=False)["logits"])
     ids = {k: features["pair"][k][:8] for k in ("input_ids", "segment_ids", "padding_mask")}
@@ -460,6 +498,10 @@ def test_squad_answers_are_exact_substrings(served):
             assert got["answer"][i] == context[s:e], (key, i)
             assert 0 < got["no_answer_probability"][i] < 1
             checked += 1
+    alone, batch = served["squad/batch1"], served["squad/batch"]
+    report("squad: question 2 alone vs in its batch, answer", alone["answer"].tolist(), batch["answer"][2:3].tolist())
+    for name in ("score", "null_score"):
+        check(f"squad: question 2 alone vs in its batch, {name}", alone[name], batch[name][2:3])
     answers = [a for key in ("squad/batch", "squad/batch64") for a in served[key]["answer"]]
     kinds = {
         "accented": [a for a in answers if any(ch in a for ch in "éèêëïüöçåÅŌō") or "\u0301" in a],
@@ -510,24 +552,25 @@ def _expected_signatures(name):
               "squad": text("question", "context"),
               "race": {**text("article", "question"), "options": ("DT_STRING", (b, 4))}}.get(name, text("text"))
     encode_inputs = inputs if name in ("pair", "reg") else text("text")
-    encode = {"sequence_output": ("DT_FLOAT", (b, length, 32)), "pooled_output": ("DT_FLOAT", (b, 32)),
-              "padding_mask": ("DT_INT32", (b, length)), "input_ids": ("DT_INT32", (b, length)),
-              "segment_ids": ("DT_INT32", (b, length))}
+    t = -1  # the request's own width (its longest row), at most max_seq_len
+    encode = {"sequence_output": ("DT_FLOAT", (b, t, 32)), "pooled_output": ("DT_FLOAT", (b, 32)),
+              "padding_mask": ("DT_INT32", (b, t)), "input_ids": ("DT_INT32", (b, t)),
+              "segment_ids": ("DT_INT32", (b, t))}
     tokenize = {"token_ids": ("DT_INT32", (b, length)), "token_start": ("DT_INT64", (b, length)),
                 "token_end": ("DT_INT64", (b, length)), "num_tokens": ("DT_INT64", (b,))}
-    ids = {n: ("DT_INT32", (b, length)) for n in ("input_ids", "segment_ids", "padding_mask")}
+    ids = {n: ("DT_INT32", (b, t)) for n in ("input_ids", "segment_ids", "padding_mask")}
     if name == "squad":
         serving = {"answer": ("DT_STRING", (b,)), "answer_start": ("DT_INT64", (b,)), "answer_end": ("DT_INT64", (b,)),
                    "score": ("DT_FLOAT", (b,)), "no_answer_probability": ("DT_FLOAT", (b,)),
                    "null_score": ("DT_FLOAT", (b,)), "window_index": ("DT_INT64", (b,))}
-        ids.update(p_mask=("DT_INT32", (b, length)), cls_index=("DT_INT32", (b,)))
-        raw = {"start_logits": ("DT_FLOAT", (b, length)), "start_top_log_probs": ("DT_FLOAT", (b, 5)),
+        ids.update(p_mask=("DT_INT32", (b, t)), cls_index=("DT_INT32", (b,)))
+        raw = {"start_logits": ("DT_FLOAT", (b, t)), "start_top_log_probs": ("DT_FLOAT", (b, 5)),
                "start_top_index": ("DT_INT32", (b, 5)), "end_top_log_probs": ("DT_FLOAT", (b, 25)),
                "end_top_index": ("DT_INT32", (b, 25)), "cls_logits": ("DT_FLOAT", (b,))}
     elif name == "race":
         serving = {"logits": ("DT_FLOAT", (b, 4)), "probabilities": ("DT_FLOAT", (b, 4)),
                    "answer_index": ("DT_INT64", (b,))}
-        ids = {n: ("DT_INT32", (b, 4, length)) for n in ids}
+        ids = {n: ("DT_INT32", (b, 4, t)) for n in ids}
         raw = {"logits": ("DT_FLOAT", (b, 4))}
     elif name == "reg":
         serving, raw = {"prediction": ("DT_FLOAT", (b,))}, {"predictions": ("DT_FLOAT", (b,))}
@@ -681,6 +724,7 @@ def test_versions_atomic_publication_and_warmup(work, finetuned, references, tok
     from tensorflow_serving.apis import prediction_log_pb2
 
     from xlnet_tf.data import finetuning as ft
+    from xlnet_tf.data.readers import TextExample
     from xlnet_tf.errors import UserError
     from xlnet_tf.export import exporter
 
@@ -739,10 +783,17 @@ def test_versions_atomic_publication_and_warmup(work, finetuned, references, tok
     print("every warmup request runs through serving_default")
 
     model, _ = references["cls"]
-    feats = ft.classification_features([ft.TextExample(t) for t in TEXTS], tokenizer, 24)[0]
+    feats = ft.classification_features([TextExample(t) for t in TEXTS], tokenizer, 24)[0]
     want = model({k: feats[k] for k in ("input_ids", "segment_ids", "padding_mask")}, training=False)["logits"]
     got = smaller.signatures["serving_default"](text=tf.constant(TEXTS))["logits"]
     check("--max-seq-len 24 export: logits", got, want)
+    import tensorflow_text  # noqa: F401
+
+    too_wide = tf.ones([1, 32], tf.int32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="at most 24 positions") as error:
+        smaller.signatures["predict_ids"](input_ids=too_wide, segment_ids=too_wide, padding_mask=too_wide)
+    print(f"predict_ids with 32 positions on a --max-seq-len 24 export: InvalidArgumentError "
+          f"({str(error.value).splitlines()[0][:120]})")
     report("--max-seq-len 24 export: tokenize width",
            smaller.signatures["tokenize"](text=tf.constant(TEXTS))["token_ids"].shape[1], 24)
     metadata = json.load(open(os.path.join(second, "assets.extra", exporter.METADATA_FILE)))
@@ -770,7 +821,7 @@ def test_reusable_encoder_fine_tunes_inside_keras(exports, references, features)
     inputs = {k: v.numpy() for k, v in layer.saved_model.text_inputs(tf.constant(texts)).items()}
     labels = np.array([len(t) % 2 for t in texts])
     keras.utils.set_random_seed(0)
-    model_inputs = {k: keras.Input((CLS_LEN,), dtype="int32", name=k) for k in inputs}
+    model_inputs = {k: keras.Input((None,), dtype="int32", name=k) for k in inputs}
     logits = keras.layers.Dense(2)(layer(model_inputs)["pooled_output"])
     model = keras.Model(model_inputs, logits)
     model.compile(keras.optimizers.Adam(3e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))

@@ -1,4 +1,5 @@
-"""Tests for xlnet_tf.data.finetuning: readers, layouts, padding sides, truncation and bad input.
+"""Tests for xlnet_tf.data.readers and xlnet_tf.data.finetuning (the graph feature builders run over files):
+readers, layouts, padding sides, truncation and bad input.
 
 Expected layouts are built by hand from ``tokenizer.encode`` of each piece of text, following the
 original XLNet scripts (classifier_utils.convert_single_example, run_squad.convert_examples_to_features,
@@ -10,9 +11,8 @@ import json
 import pydoc_data.topics
 import pytest
 
-from xlnet_tf.data.finetuning import (
-    GLUE_TASKS, TextExample, classification_features, race_features, race_qa_text,
-    read_examples, read_race, read_squad, squad_features)
+from xlnet_tf.data.finetuning import classification_features, race_features, squad_features
+from xlnet_tf.data.readers import GLUE_TASKS, TextExample, read_examples, read_race, read_squad
 from xlnet_tf.data.truncation import truncated_pair_lengths
 from xlnet_tf.errors import UserError
 from xlnet_tf.tokenization import XLNetTokenizer, train_spm
@@ -38,6 +38,15 @@ def tok(tmp_path_factory):
 
 def enc(tok, text):
     return tok.encode([text])[0]
+
+
+def race_qa_text(question, option):
+    """graph_features.race_qa_text for one (question, option)."""
+    import tensorflow as tf
+
+    from xlnet_tf.data.graph_features import race_qa_text as graph_qa_text
+
+    return graph_qa_text(tf.constant([question]), tf.constant([[option]]))[0, 0].numpy().decode("utf-8")
 
 
 def write(path, text):

@@ -122,8 +122,11 @@ def _finetune(args):
     from xlnet_tf.training.finetune import FinetuneSetup, run_finetuning
     from xlnet_tf.training.pretrain import resolve_config
 
+    from xlnet_tf.data.buckets import parse_boundaries
+
     if (args.train_steps is None) == (args.epochs is None):
         raise UserError("give exactly one of --train-steps and --epochs")
+    parse_boundaries(args.bucket_boundaries, args.max_seq_len)  # a bad value fails before any work
     strategy = _start_run(args)
     spm = args.spm_model or (args.init_checkpoint and os.path.join(args.init_checkpoint, SPM_FILE))
     if not spm or not os.path.exists(spm):
@@ -141,7 +144,7 @@ def _finetune(args):
         config=config, run_options=RunOptions(dropout=args.dropout, dropatt=args.dropatt), spm_model=spm,
         lower_case=args.lower_case, init_checkpoint=args.init_checkpoint, max_seq_len=args.max_seq_len,
         doc_stride=args.doc_stride, max_query_len=args.max_query_len, epochs=args.epochs,
-        mixed_precision=args.mixed_precision,
+        mixed_precision=args.mixed_precision, bucket_boundaries=args.bucket_boundaries,
     )
     # With --epochs the step count is set once the training file is read.
     options = _training_options(_with_steps(args, args.train_steps or 1), layer_decay=args.layer_decay)
@@ -277,6 +280,9 @@ def build_parser():
     finetune.add_argument("--layer-decay", type=float, default=1.0, help="layer-wise learning-rate decay")
     finetune.add_argument("--doc-stride", type=int, default=128, help="SQuAD window stride")
     finetune.add_argument("--max-query-len", type=int, default=64, help="SQuAD question tokens kept")
+    finetune.add_argument("--bucket-boundaries", default="auto", metavar="auto|none|L1,L2,...",
+                          help="length buckets: each batch is padded to its bucket's length (auto: up to 4 "
+                               "boundaries chosen from the training file; none: every batch to --max-seq-len)")
     finetune.set_defaults(run=_finetune, learning_rate=2e-5, batch_size=32, save_every=500)
 
     evaluate = commands.add_parser("evaluate", help="metrics of a fine-tuned model on a labelled file")

@@ -1,34 +1,44 @@
-"""Fine-tuning features as TensorFlow graph ops, for exported SavedModels.
+"""The ONE fine-tuning feature builder, as TensorFlow graph ops: token ids -> model inputs.
 
-These build, from the tokenizer's ragged ids, exactly the rows that ``xlnet_tf.data.finetuning`` builds
-with numpy (same layouts, truncation, SQuAD windows and max-context flags), so a served model sees what
-the trained model saw. Everything is core TensorFlow ops on ragged / dense tensors (no Python loops over
-data, no ``py_function``), so the functions trace into ``tf.function`` and a SavedModel.
+Training, ``evaluate`` / ``predict`` (through ``xlnet_tf.data.finetuning``, which runs these functions over a
+file's examples) and the exported SavedModels (which trace them) build their rows here, so what is trained,
+predicted and served cannot drift. Everything is core TensorFlow ops on ragged / dense tensors (no Python
+loops over data, no ``py_function``), so the functions run eagerly, in ``tf.data`` and in a SavedModel.
 
-Layouts (see ``xlnet_tf.data.finetuning`` for the original scripts they follow):
+Layouts follow the original XLNet scripts (zihangdai/xlnet):
 
-* ``classification_inputs``: ``A <sep> B <sep> <cls>`` / ``A <sep> <cls>``, LEFT-padded, segment ids
-  A 0 / B 1 / <cls> 2 / pad 4; pairs truncated as ``_truncate_seq_pair``.
-* ``squad_windows``: ``paragraph <sep> question <sep> <cls>``, RIGHT-padded, segment ids paragraph 0 /
-  question 1 / <cls> 2 / pad 3, ``p_mask``; windows of ``max_seq_len - len(q) - 3`` paragraph tokens
-  stepping ``min(window length, doc_stride)``; ``token_is_max_context``.
-* ``race_inputs``: per option ``article <sep> qa <sep> <cls>``, LEFT-padded, qa keeps its LAST
-  ``max_qa_len`` tokens, the article its first ``max_seq_len - 3 - len(qa)``.
+* ``classification_inputs`` (``classifier_utils.convert_single_example``): ``A <sep> B <sep> <cls>`` /
+  ``A <sep> <cls>``, LEFT-padded (``<cls>`` is always the last position), segment ids A 0 / B 1 / <cls> 2
+  / pad 4; pairs truncated as ``_truncate_seq_pair``, a single text keeps its first ``max_seq_len - 2``.
+* ``squad_windows`` (``run_squad.convert_examples_to_features``): ``paragraph <sep> question <sep> <cls>``,
+  RIGHT-padded, segment ids paragraph 0 / question 1 / <cls> 2 / pad 3, ``p_mask``; windows of
+  ``max_seq_len - len(q) - 3`` paragraph tokens stepping ``min(window length, doc_stride)``;
+  ``token_is_max_context``. ``squad_answer_positions`` gives their training labels.
+* ``race_inputs`` (``run_race.convert_single_example``): per option ``article <sep> qa <sep> <cls>``,
+  LEFT-padded, qa keeps its LAST ``max_qa_len`` tokens, the article its first ``max_seq_len - 3 - len(qa)``.
+
+Padding: ``<pad>`` (id 5) where the original wrote 0, and masks are 1 for real tokens. Every builder pads
+its rows to ``max_seq_len`` by default, or, with ``pad_to_multiple=m``, to the batch's longest row rounded up
+to a multiple of ``m`` (at most ``max_seq_len``): XLNet's outputs at real positions do not depend on the
+amount of padding (padded keys are masked, positions are relative), so shorter batches cost less and give
+the same results. Each builder also returns ``length`` (real tokens per row).
 
 ``squad_best_spans`` is ``xlnet_tf.training.finetune.squad_predictions``'s answer selection over the
 windows of each question, as tensors.
 
-Public API: ``byte_to_char_offsets``, ``keep_first``, ``keep_last``, ``pad_rows``, ``pair_lengths``,
-``classification_inputs``, ``squad_windows``, ``squad_best_spans``, ``race_qa_text``, ``race_inputs``.
+Public API: ``byte_to_char_offsets``, ``keep_first``, ``keep_last``, ``pad_rows``, ``batch_width``,
+``pair_lengths``, ``classification_inputs``, ``squad_windows``, ``squad_answer_positions``,
+``squad_best_spans``, ``race_qa_text``, ``race_inputs``.
 """
 
 import math
 
 import tensorflow as tf
 
-from xlnet_tf.data.finetuning import (
-    CLS_ID, PAD_ID, SEG_A, SEG_B, SEG_CLS, SEG_PAD, SEP_ID, SQUAD_SEG_CLS, SQUAD_SEG_P, SQUAD_SEG_PAD,
-    SQUAD_SEG_Q)
+SEP_ID, CLS_ID, PAD_ID = 4, 3, 5
+# Segment ids of the original scripts (classifier_utils / run_race and run_squad).
+SEG_A, SEG_B, SEG_CLS, SEG_PAD = 0, 1, 2, 4
+SQUAD_SEG_P, SQUAD_SEG_Q, SQUAD_SEG_CLS, SQUAD_SEG_PAD = 0, 1, 2, 3
 
 # ----------------------------------------------------------------------------------------------------
 # Helpers
@@ -71,16 +81,31 @@ def pad_rows(rt, width, pad_value, left=False):
     """Ragged ``[B, None]`` (rows of at most ``width`` values) -> dense ``[B, width]``.
 
     Rows are placed at the start (``left=False``: right padding) or at the end (``left=True``: left
-    padding) of their dense row; the rest is ``pad_value``.
+    padding) of their dense row; the rest is ``pad_value``. ``width`` is a Python int (a static shape) or
+    an int scalar tensor (see ``batch_width``).
     """
     rows = rt.value_rowids()
     pos = _positions(rt)
+    width64 = tf.cast(width, tf.int64)
     if left:
-        pos += width - tf.gather(rt.row_lengths(), rows)
+        pos += width64 - tf.gather(rt.row_lengths(), rows)
     nrows = rt.nrows()
-    dense = tf.fill(tf.stack([nrows, tf.constant(width, tf.int64)]), tf.constant(pad_value, rt.dtype))
+    dense = tf.fill(tf.stack([nrows, width64]), tf.constant(pad_value, rt.dtype))
     dense = tf.tensor_scatter_nd_update(dense, tf.stack([rows, pos], 1), rt.values)
-    return tf.ensure_shape(dense, [None, width])
+    return tf.ensure_shape(dense, [None, width if isinstance(width, int) else None])
+
+
+def batch_width(lengths, max_seq_len, pad_to_multiple=None):
+    """The width a batch is padded to: ``max_seq_len`` when ``pad_to_multiple`` is None, else the longest
+    of ``lengths`` rounded up to a multiple of ``pad_to_multiple``, at most ``max_seq_len`` (an empty batch
+    gets ``min(pad_to_multiple, max_seq_len)``). Python int or int64 scalar tensor."""
+    if pad_to_multiple is None:
+        return max_seq_len
+    if pad_to_multiple < 1:
+        raise ValueError(f"pad_to_multiple must be >= 1, got {pad_to_multiple}")
+    longest = tf.reduce_max(tf.concat([tf.cast(lengths, tf.int64), tf.ones([1], tf.int64)], 0))
+    rounded = (longest + pad_to_multiple - 1) // pad_to_multiple * pad_to_multiple
+    return tf.minimum(rounded, max_seq_len)
 
 
 def byte_to_char_offsets(strings, offsets):
@@ -118,17 +143,19 @@ def pair_lengths(len_a, len_b, max_len):
     return keep_a, keep_b
 
 
-def classification_inputs(ids_a, ids_b, max_seq_len):
-    """Encoder inputs for classification / regression, as ``finetuning.classification_features``.
+def classification_inputs(ids_a, ids_b, max_seq_len, pad_to_multiple=None):
+    """Encoder inputs for classification / regression.
 
     Args:
       ids_a: ragged int ``[B, None]`` token ids of text A (no special tokens).
       ids_b: ragged int ``[B, None]`` ids of text B, or ``None`` (single-sentence model). A row of B
-        without tokens makes that example single-sentence, as the numpy builder does.
+        without tokens makes that example single-sentence (the original's ``if example.text_b``).
       max_seq_len: L (Python int, at least 3).
+      pad_to_multiple: None (pad to L) or m (pad to the longest row rounded up to m; see ``batch_width``).
     Returns:
-      dict of int32 ``[B, L]``: ``input_ids``, ``segment_ids``, ``padding_mask`` (1 = real token), and
-      ``cls_index`` int32 ``[B]`` (= L - 1, the ``<cls>`` position).
+      dict: int32 ``[B, W]`` ``input_ids``, ``segment_ids``, ``padding_mask`` (1 = real token), W = L or
+      the batch's width; int32 ``[B]`` ``cls_index`` (= W - 1, the ``<cls>`` position) and ``length`` (real
+      tokens); bool ``[B]`` ``has_b`` (a pair) and ``truncated`` (tokens were dropped).
     """
     ids_a = tf.cast(ids_a, tf.int32)
     len_a = ids_a.row_lengths()
@@ -148,11 +175,16 @@ def classification_inputs(ids_a, ids_b, max_seq_len):
                         _fill_rows(one, CLS_ID, tf.int32)], 1)
     segments = tf.concat([_fill_rows(keep_a + 1, SEG_A, tf.int32), _fill_rows(keep_b + b_sep, SEG_B, tf.int32),
                           _fill_rows(one, SEG_CLS, tf.int32)], 1)
+    length = tokens.row_lengths()
+    width = batch_width(length, max_seq_len, pad_to_multiple)
     return {
-        "input_ids": pad_rows(tokens, max_seq_len, PAD_ID, left=True),
-        "segment_ids": pad_rows(segments, max_seq_len, SEG_PAD, left=True),
-        "padding_mask": pad_rows(tf.ones_like(tokens), max_seq_len, 0, left=True),
-        "cls_index": tf.fill(tf.reshape(tf.cast(nrows, tf.int32), [1]), max_seq_len - 1),
+        "input_ids": pad_rows(tokens, width, PAD_ID, left=True),
+        "segment_ids": pad_rows(segments, width, SEG_PAD, left=True),
+        "padding_mask": pad_rows(tf.ones_like(tokens), width, 0, left=True),
+        "cls_index": tf.fill(tf.reshape(tf.cast(nrows, tf.int32), [1]), tf.cast(width, tf.int32) - 1),
+        "length": tf.cast(length, tf.int32),
+        "has_b": has_b,
+        "truncated": (keep_a < len_a) | (keep_b < len_b),
     }
 
 
@@ -161,26 +193,31 @@ def classification_inputs(ids_a, ids_b, max_seq_len):
 
 
 def squad_windows(question_ids, context_ids, context_starts, context_ends, max_seq_len, doc_stride=128,
-                  max_query_len=64):
-    """SQuAD windows for a batch of (question, context), as ``finetuning.squad_features`` builds them.
+                  max_query_len=64, pad_to_multiple=None):
+    """SQuAD windows for a batch of (question, context).
 
     Args:
       question_ids: ragged int ``[B, None]`` question ids (the first ``max_query_len`` are kept).
       context_ids: ragged int ``[B, None]`` paragraph ids.
       context_starts / context_ends: ragged int ``[B, None]`` span of each paragraph token in its context
         (any unit: byte or character offsets are copied to the windows as given).
-      max_seq_len, doc_stride, max_query_len: Python ints; ``max_seq_len >= max_query_len + 4``.
+      max_seq_len, doc_stride, max_query_len: Python ints; ``max_seq_len >= max_query_len + 4``. Windows
+        are always cut for ``max_seq_len``; only their padding follows ``pad_to_multiple``.
+      pad_to_multiple: None (pad to L) or m (pad to the longest window rounded up to m).
     Returns:
-      dict; W windows in example order (each example's windows consecutive, in order), L = max_seq_len:
-      ``input_ids``, ``segment_ids``, ``padding_mask``, ``p_mask``, ``token_is_max_context`` int32
-      ``[W, L]``; ``token_start`` / ``token_end`` int64 ``[W, L]`` (the paragraph tokens' spans, -1
-      elsewhere); ``cls_index``, ``paragraph_len`` int32 ``[W]``; ``example_index``, ``window_start``
-      (first paragraph token) int64 ``[W]``.
+      dict; W windows in example order (each example's windows consecutive, in order), padded to L or
+      the batch's width: ``input_ids``, ``segment_ids``, ``padding_mask``, ``p_mask``,
+      ``token_is_max_context`` int32 ``[W, width]``; ``token_start`` / ``token_end`` int64 ``[W, width]``
+      (the paragraph tokens' spans, -1 elsewhere); ``cls_index``, ``paragraph_len``, ``length`` int32
+      ``[W]``; ``example_index``, ``window_index`` (k-th window of its example), ``window_start`` (first
+      paragraph token) int64 ``[W]``; per example: ``num_windows`` int64 ``[B]`` and
+      ``question_truncated`` bool ``[B]``.
     """
     if max_seq_len < max_query_len + 4:
         raise ValueError(f"max_seq_len ({max_seq_len}) must exceed max_query_len ({max_query_len}) + 3")
     length = max_seq_len
     q = tf.cast(question_ids, tf.int32)
+    question_truncated = q.row_lengths() > max_query_len
     q = keep_first(q, tf.minimum(q.row_lengths(), max_query_len))
     c = tf.cast(context_ids, tf.int32)
     n_q, n_c = q.row_lengths(), c.row_lengths()
@@ -236,18 +273,80 @@ def squad_windows(question_ids, context_ids, context_starts, context_ends, max_s
                           _fill_rows(ones, SQUAD_SEG_CLS, tf.int32)], 1)
     p_mask = tf.concat([_fill_rows(plen, 0, tf.int32), _fill_rows(nq_w + 2, 1, tf.int32),
                         _fill_rows(ones, 0, tf.int32)], 1)
+    real = plen + nq_w + 3
+    width = batch_width(real, length, pad_to_multiple)
     return {
-        "input_ids": pad_rows(tokens, length, PAD_ID),
-        "segment_ids": pad_rows(segments, length, SQUAD_SEG_PAD),
-        "padding_mask": pad_rows(tf.ones_like(tokens), length, 0),
-        "p_mask": pad_rows(p_mask, length, 1),
-        "token_is_max_context": pad_rows(max_context, length, 0),
-        "token_start": pad_rows(para_start, length, -1),
-        "token_end": pad_rows(para_end, length, -1),
+        "input_ids": pad_rows(tokens, width, PAD_ID),
+        "segment_ids": pad_rows(segments, width, SQUAD_SEG_PAD),
+        "padding_mask": pad_rows(tf.ones_like(tokens), width, 0),
+        "p_mask": pad_rows(p_mask, width, 1),
+        "token_is_max_context": pad_rows(max_context, width, 0),
+        "token_start": pad_rows(para_start, width, -1),
+        "token_end": pad_rows(para_end, width, -1),
         "cls_index": tf.cast(plen + nq_w + 2, tf.int32),
         "paragraph_len": tf.cast(plen, tf.int32),
+        "length": tf.cast(real, tf.int32),
         "example_index": example,
+        "window_index": k,
         "window_start": start,
+        "num_windows": n_windows,
+        "question_truncated": question_truncated,
+    }
+
+
+def squad_answer_positions(windows, context_starts, context_ends, answer_start, answer_end, is_impossible):
+    """Training labels of SQuAD windows, as the original (``run_squad.convert_examples_to_features``).
+
+    An answer's tokens are the paragraph tokens whose span overlaps the answer's ``[start, end)``. In a
+    window that holds all of them, ``start_position`` / ``end_position`` are their first / last window
+    positions and ``is_impossible`` 0; in other windows, and for impossible questions, both are the
+    window's ``cls_index`` and ``is_impossible`` 1. A question that is not impossible and whose answer covers
+    no token (none given: a prediction file; or only whitespace) gets -1 / -1 and ``is_impossible`` 0.
+
+    Args:
+      windows: ``squad_windows``' dict.
+      context_starts / context_ends: the ragged ``[B, None]`` token spans given to ``squad_windows``.
+      answer_start / answer_end: int ``[B]``, the (first gold) answer's span in the same unit; -1 / -1
+        when there is none.
+      is_impossible: bool ``[B]``.
+    Returns:
+      dict: ``start_position``, ``end_position``, ``is_impossible`` int32 ``[W]``; ``answer_found`` bool
+      ``[B]`` (some token overlaps the answer); ``answer_outside`` bool ``[W]`` (the question has an
+      answer, but not inside this window).
+    """
+    starts = tf.cast(context_starts, tf.int64)
+    ends = tf.cast(context_ends, tf.int64)
+    rows = starts.value_rowids()
+    n = tf.shape(answer_start, out_type=tf.int64)[0]
+    a_start = tf.gather(tf.cast(answer_start, tf.int64), rows)
+    a_end = tf.gather(tf.cast(answer_end, tf.int64), rows)
+    overlap = tf.maximum(starts.values, a_start) < tf.minimum(ends.values, a_end)
+    pos = _positions(starts)
+    first = tf.math.unsorted_segment_min(tf.where(overlap, pos, tf.constant(tf.int64.max, tf.int64)), rows, n)
+    last = tf.math.unsorted_segment_max(tf.where(overlap, pos, tf.constant(-1, tf.int64)), rows, n)
+    found = last >= 0
+
+    example = windows["example_index"]
+    w_start = windows["window_start"]
+    w_end = w_start + tf.cast(windows["paragraph_len"], tf.int64)
+    cls = windows["cls_index"]
+    impossible = tf.gather(tf.cast(is_impossible, tf.bool), example)
+    has_answer = tf.gather(found, example)
+    w_first, w_last = tf.gather(first, example), tf.gather(last, example)
+    inside = has_answer & (w_first >= w_start) & (w_last < w_end)
+    unknown = ~impossible & ~has_answer
+    none = tf.fill(tf.shape(cls), -1)
+
+    def position(token):
+        in_window = tf.cast(token - w_start, tf.int32)
+        return tf.where(impossible, cls, tf.where(unknown, none, tf.where(inside, in_window, cls)))
+
+    return {
+        "start_position": position(w_first),
+        "end_position": position(w_last),
+        "is_impossible": tf.cast(impossible | (has_answer & ~inside), tf.int32),
+        "answer_found": found,
+        "answer_outside": ~impossible & has_answer & ~inside,
     }
 
 
@@ -327,10 +426,10 @@ def squad_best_spans(outputs, windows, n_examples, max_answer_length=64):
 
 
 def race_qa_text(questions, options):
-    """``finetuning.race_qa_text`` on tensors: questions string ``[B]``, options string ``[B, C]`` -> ``[B, C]``.
+    """The original's question + option text: questions string ``[B]``, options string ``[B, C]`` -> ``[B, C]``.
 
-    A question holding ``_`` gets the option in place of every ``_`` (literal, no regex); any other
-    question is followed by a space and the option.
+    A question holding ``_`` (a cloze) gets the option in place of every ``_`` (literal, no regex); any
+    other question is followed by a space and the option.
     """
     n_choices = tf.shape(options)[1]
     q = tf.repeat(questions, n_choices)  # [B * C], option-minor
@@ -345,33 +444,42 @@ def race_qa_text(questions, options):
     return tf.reshape(text, tf.shape(options))
 
 
-def race_inputs(article_ids, qa_ids, num_choices, max_seq_len, max_qa_len=128):
-    """Multiple-choice encoder inputs, as ``finetuning.race_features``.
+def race_inputs(article_ids, qa_ids, num_choices, max_seq_len, max_qa_len=128, pad_to_multiple=None):
+    """Multiple-choice encoder inputs.
 
     Args:
       article_ids: ragged int ``[B, None]``.
       qa_ids: ragged int ``[B * C, None]``, the ids of ``race_qa_text`` row-major (example, option).
       num_choices: C (Python int).
       max_seq_len, max_qa_len: Python ints, ``1 <= max_qa_len <= max_seq_len - 3``.
+      pad_to_multiple: None (pad to L) or m (pad to the batch's longest option row rounded up to m).
     Returns:
-      dict of int32 ``[B * C, L]``: ``input_ids``, ``segment_ids``, ``padding_mask`` (reshape to
-      ``[B, C, L]`` for the head).
+      dict: int32 ``[B * C, W]`` ``input_ids``, ``segment_ids``, ``padding_mask`` (reshape to ``[B, C, W]``
+      for the head); per option row int32 ``length`` and bool ``article_truncated`` / ``qa_truncated``
+      ``[B * C]``.
     """
     if not 1 <= max_qa_len <= max_seq_len - 3:
         raise ValueError(f"max_qa_len ({max_qa_len}) must be between 1 and max_seq_len - 3 ({max_seq_len - 3})")
     qa = tf.cast(qa_ids, tf.int32)
+    qa_truncated = qa.row_lengths() > max_qa_len
     qa = keep_last(qa, tf.minimum(qa.row_lengths(), max_qa_len))
     art = tf.gather(tf.cast(article_ids, tf.int32), tf.range(qa.nrows()) // num_choices)
     n_qa = qa.row_lengths()
     keep = tf.minimum(art.row_lengths(), max_seq_len - 3 - n_qa)
+    article_truncated = keep < art.row_lengths()
     art = keep_first(art, keep)
     one = tf.ones_like(n_qa)
     tokens = tf.concat([art, _fill_rows(one, SEP_ID, tf.int32), qa,
                         _constant_rows(qa.nrows(), [SEP_ID, CLS_ID], tf.int32)], 1)
     segments = tf.concat([_fill_rows(keep + 1, SEG_A, tf.int32), _fill_rows(n_qa + 1, SEG_B, tf.int32),
                           _fill_rows(one, SEG_CLS, tf.int32)], 1)
+    length = tokens.row_lengths()
+    width = batch_width(length, max_seq_len, pad_to_multiple)
     return {
-        "input_ids": pad_rows(tokens, max_seq_len, PAD_ID, left=True),
-        "segment_ids": pad_rows(segments, max_seq_len, SEG_PAD, left=True),
-        "padding_mask": pad_rows(tf.ones_like(tokens), max_seq_len, 0, left=True),
+        "input_ids": pad_rows(tokens, width, PAD_ID, left=True),
+        "segment_ids": pad_rows(segments, width, SEG_PAD, left=True),
+        "padding_mask": pad_rows(tf.ones_like(tokens), width, 0, left=True),
+        "length": tf.cast(length, tf.int32),
+        "article_truncated": article_truncated,
+        "qa_truncated": qa_truncated,
     }

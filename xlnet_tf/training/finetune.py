@@ -36,7 +36,11 @@ LABELS = {
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneSetup:
-    """What `xlnet-tf finetune` needs besides the training options."""
+    """What `xlnet-tf finetune` needs besides the training options.
+
+    bucket_boundaries: "auto" (chosen from the training file's lengths), "none" (every batch padded to
+    max_seq_len) or ascending lengths "L1,L2,..." (see `xlnet_tf.data.buckets`).
+    """
 
     task: str
     train_file: str
@@ -52,11 +56,13 @@ class FinetuneSetup:
     max_query_len: int = 64
     epochs: float | None = None
     mixed_precision: str | None = None
+    bucket_boundaries: str = "auto"
 
 
 @dataclasses.dataclass
 class TaskData:
-    """Examples of one file, their features (numpy, one row per model example) and the reader's report."""
+    """Examples of one file, their features (numpy, one row per model example, padded to max_seq_len, with
+    `length`) and the reader's report."""
 
     examples: list
     features: dict
@@ -67,19 +73,19 @@ class TaskData:
 def load_task_data(task, path, tokenizer, max_seq_len, label_list=None, is_training=False, doc_stride=128,
                    max_query_len=64):
     """Reads `path` for `task` and builds its features with the one feature builder per task."""
-    from xlnet_tf.data import finetuning
+    from xlnet_tf.data import finetuning, readers
 
     if task in ("classification", "regression"):
-        examples, report = finetuning.read_examples(path, task=task)
+        examples, report = readers.read_examples(path, task=task)
         features, feature_report = finetuning.classification_features(examples, tokenizer, max_seq_len, label_list)
         return TaskData(examples, features, {**report, **feature_report})
     if task == "race":
-        examples, report = finetuning.read_race(path)
+        examples, report = readers.read_race(path)
         features, feature_report = finetuning.race_features(examples, tokenizer, max_seq_len,
                                                             max_qa_len=race_qa_len(max_seq_len))
         return TaskData(examples, features, {**report, **feature_report})
     if task == "squad":
-        examples, report = finetuning.read_squad(path)
+        examples, report = readers.read_squad(path)
         features, feature_report = finetuning.squad_features(
             examples, tokenizer, max_seq_len, doc_stride, max_query_len, is_training=is_training
         )
@@ -95,21 +101,68 @@ def race_qa_len(max_seq_len):
     return min(128, max_seq_len - 3)
 
 
-def task_dataset(features, keys, batch_size, seed=0, input_context=None, start_batch=0, training=True):
-    """tf.data over the feature rows: sharded per input pipeline, shuffled with `seed` and repeated when
-    training (batch b is a pure function of seed and b, so `start_batch` resumes the data position)."""
-    import tensorflow as tf
+def crop(batch, width, left_padded):
+    """Per-position features (rank >= 2: [..., L]) of a batch cut to their last (left-padded rows) or first
+    (right-padded rows) `width` positions; the rest unchanged. Works on numpy arrays and tensors."""
+    return {k: (v[..., -width:] if left_padded else v[..., :width]) if len(v.shape) >= 2 else v
+            for k, v in batch.items()}
 
-    dataset = tf.data.Dataset.from_tensor_slices({k: features[k] for k in keys})
-    if input_context is not None and input_context.num_input_pipelines > 1:
-        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-    if training:
-        rows = len(next(iter(features.values())))
-        dataset = dataset.shuffle(rows, seed=seed, reshuffle_each_iteration=True).repeat()
-    dataset = dataset.batch(batch_size, drop_remainder=training)
-    if start_batch:
-        dataset = dataset.skip(start_batch)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+
+class TaskInput:
+    """The training loop's input for fine-tuning: one dataset per length bucket, each batch padded to its
+    bucket's width (a static shape per bucket), and the plan of which bucket each step reads.
+
+    features: numpy rows padded to max_seq_len (`TaskData.features`); keys: the model inputs and labels;
+    plan: `buckets.training_plan` over the rows; batch_size: the global micro-batch.
+    """
+
+    def __init__(self, features, keys, task, plan, batch_size):
+        self.features = {k: features[k] for k in keys}
+        self.left_padded = LEFT_PADDED[task]
+        self.plan = plan
+        self.batch_size = batch_size
+        self.rows_per_example = features["input_ids"].shape[1] if task == "race" else 1  # RACE: C option rows
+        self._tables = None
+
+    def bucket(self, step):
+        return int(self.plan.step_bucket[step])
+
+    def same_bucket_steps(self, step, limit):
+        return self.plan.run_length(step, limit)
+
+    def dataset(self, input_context, bucket, start_step):
+        """Per-replica batches of `bucket` for the steps from `start_step` on that read it."""
+        import tensorflow as tf
+
+        if self._tables is None:  # one host copy of the rows, shared by every bucket's dataset
+            with tf.device("/cpu:0"):
+                self._tables = {k: tf.constant(v) for k, v in self.features.items()}
+        tables = self._tables
+        rows = self.plan.bucket_batches(bucket, start_step)
+        replicas, pipelines = input_context.num_replicas_in_sync, input_context.num_input_pipelines
+        per_replica = input_context.get_per_replica_batch_size(self.batch_size)
+        local = replicas // pipelines  # this pipeline feeds replicas [id * local, (id + 1) * local)
+        first = input_context.input_pipeline_id * local
+        rows = rows.reshape(len(rows), replicas, per_replica)[:, first:first + local].reshape(-1, per_replica)
+        width = self.plan.widths[bucket]
+
+        def gather(indices):
+            return crop({k: tf.gather(table, indices) for k, table in tables.items()}, width, self.left_padded)
+
+        dataset = tf.data.Dataset.from_tensor_slices(rows.astype(np.int32)).map(gather)
+        return dataset.prefetch(tf.data.AUTOTUNE)
+
+    def token_counts(self, first_step, end_step):
+        """(real tokens, padded positions) of the global batches of steps [first_step, end_step)."""
+        accum = self.plan.accum
+        rows = self.plan.batches[first_step * accum:end_step * accum]
+        real = int(self.features["padding_mask"][rows].sum())
+        widths = np.asarray(self.plan.widths, np.int64)[self.plan.step_bucket[first_step:end_step]]
+        return real, int(widths.sum()) * accum * self.batch_size * self.rows_per_example
+
+
+# Which side each task's rows are padded on (the <cls> of classification / RACE rows is the last position).
+LEFT_PADDED = {"classification": True, "regression": True, "race": True, "squad": False}
 
 
 def _loss_fn(task):
@@ -121,6 +174,9 @@ def _loss_fn(task):
 
 def run_finetuning(setup: FinetuneSetup, options, strategy):
     """Fine-tunes, then evaluates on `eval_file` when given; returns (trainer, records, eval metrics)."""
+    import tensorflow as tf
+
+    from xlnet_tf.data import buckets
     from xlnet_tf.heads import FINETUNE_FILE, build_head_model
     from xlnet_tf.model import CONFIG_FILE, SPM_FILE
     from xlnet_tf.tokenization import XLNetTokenizer
@@ -149,6 +205,13 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
                                max_qa_len=race_qa_len(setup.max_seq_len))
     if setup.task == "squad":
         finetune_config.update(start_n_top=5, end_n_top=5)
+    examples_per_step = options.batch_size * options.grad_accum_steps
+    boundaries = buckets.resolve_boundaries(setup.bucket_boundaries, train.features["length"], setup.max_seq_len,
+                                            min_rows=examples_per_step)
+    finetune_config["bucket_boundaries"] = list(boundaries)
+    real, padded = buckets.padding_cost(train.features["length"], boundaries)
+    log.info("length buckets %s: %d real tokens in %d padded positions (%d at max_seq_len %d)", list(boundaries),
+             real, padded, len(train.features["length"]) * setup.max_seq_len, setup.max_seq_len)
 
     os.makedirs(setup.model_dir, exist_ok=True)
     setup.config.to_json(os.path.join(setup.model_dir, CONFIG_FILE))
@@ -166,15 +229,14 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
             model.load_encoder(setup.init_checkpoint)
         return model
 
-    keys = INPUTS[setup.task] + LABELS[setup.task]
-
-    def dataset_fn(input_context, start_batch):
-        batch = input_context.get_per_replica_batch_size(options.batch_size)
-        return task_dataset(train.features, keys, batch, options.seed, input_context, start_batch)
-
+    # A TPU host call runs `steps_per_loop` steps of one program: such runs read one bucket each.
+    run_length = options.steps_per_loop if isinstance(strategy, tf.distribute.TPUStrategy) else 1
+    plan = buckets.training_plan(buckets.assign(train.features["length"], boundaries), len(boundaries),
+                                 options.batch_size, options.train_steps, options.grad_accum_steps, run_length,
+                                 options.seed, widths=boundaries)
+    inputs = TaskInput(train.features, INPUTS[setup.task] + LABELS[setup.task], setup.task, plan, options.batch_size)
     assert isinstance(options, TrainingOptions)
-    trainer = Trainer(strategy, build_model, _loss_fn(setup.task), dataset_fn, options, setup.model_dir,
-                      tokens_per_example=setup.max_seq_len)
+    trainer = Trainer(strategy, build_model, _loss_fn(setup.task), None, options, setup.model_dir, inputs=inputs)
     records = trainer.train()
     results = None
     if setup.eval_file and not trainer.stopped_by_signal:
@@ -187,16 +249,41 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
 # -- inference ------------------------------------------------------------------------------------------------
 
 
-def run_model(model, task, features, batch_size=32):
-    """Outputs of `model` on every feature row (numpy, concatenated), inference mode."""
+def run_model(model, task, features, batch_size=32, boundaries=None):
+    """Outputs of `model` on every feature row (numpy, in row order), inference mode.
+
+    Rows are batched by length bucket (`boundaries`, default: chosen from the rows' lengths) and each batch
+    is padded to its bucket's width; per-position outputs (SQuAD's `start_logits`) are returned padded back
+    to max_seq_len with the head's masked value.
+    """
     import tensorflow as tf
 
-    predict = tf.function(lambda batch: model(batch, training=False))
+    from xlnet_tf.data import buckets
+    from xlnet_tf.heads import MASKED
+
+    max_seq_len = features["input_ids"].shape[-1]
+    lengths = features["length"]
+    if boundaries is None:
+        boundaries = buckets.auto_boundaries(lengths, max_seq_len, min_rows=batch_size)
+    predict = tf.function(lambda batch: model(batch, training=False), reduce_retracing=True)
     outputs = {}
-    for batch in task_dataset(features, INPUTS[task], batch_size, training=False):
+    for bucket, rows in buckets.inference_batches(buckets.assign(lengths, boundaries), batch_size):
+        batch = crop({k: features[k][rows] for k in INPUTS[task]}, boundaries[bucket], LEFT_PADDED[task])
         for key, value in predict(batch).items():
-            outputs.setdefault(key, []).append(value.numpy())
-    return {k: np.concatenate(v) for k, v in outputs.items()}
+            value = value.numpy()
+            if key not in outputs:
+                shape = (max_seq_len,) if key in POSITION_OUTPUTS else value.shape[1:]
+                outputs[key] = np.full((len(lengths),) + tuple(shape), MASKED if key in POSITION_OUTPUTS else 0,
+                                       value.dtype)
+            if key in POSITION_OUTPUTS:
+                outputs[key][rows, :value.shape[1]] = value  # right-padded rows: positions keep their index
+            else:
+                outputs[key][rows] = value
+    return outputs
+
+
+# Outputs with one value per position (SQuAD's right-padded windows): padded back to max_seq_len.
+POSITION_OUTPUTS = ("start_logits", "end_logits")
 
 
 def squad_predictions(data, outputs, max_answer_length=64):
@@ -253,7 +340,11 @@ def _infer(model, finetune_config, path, tokenizer, batch_size):
                           label_list=finetune_config.get("label_names"),
                           doc_stride=finetune_config.get("doc_stride", 128),
                           max_query_len=finetune_config.get("max_query_len", 64))
-    return data, run_model(model, finetune_config["task"], data.features, batch_size)
+    boundaries = finetune_config.get("bucket_boundaries")
+    if boundaries is not None and boundaries[-1] != finetune_config["max_seq_len"]:
+        boundaries = None
+    return data, run_model(model, finetune_config["task"], data.features, batch_size,
+                           None if boundaries is None else tuple(boundaries))
 
 
 def evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size=32):

@@ -73,26 +73,53 @@ class TrainingOptions:
         return dataclasses.asdict(self)
 
 
+class SingleStream:
+    """The loop's input when every batch has one shape (pretraining): `dataset_fn(input_context, start_batch)`
+    returns per-replica batches (`input_context.get_per_replica_batch_size`), deterministic given
+    `start_batch` (micro-batches already read: the data a resumed run sees)."""
+
+    def __init__(self, dataset_fn, accum, tokens_per_example, batch_size):
+        self.dataset_fn, self.accum = dataset_fn, accum
+        self.tokens_per_step = (tokens_per_example or 0) * batch_size * accum
+
+    def bucket(self, step):
+        return 0
+
+    def same_bucket_steps(self, step, limit):
+        return limit
+
+    def dataset(self, input_context, bucket, start_step):
+        return self.dataset_fn(input_context, start_step * self.accum)
+
+    def token_counts(self, first_step, end_step):
+        tokens = (end_step - first_step) * self.tokens_per_step
+        return tokens, tokens
+
+
 class Trainer:
-    """Trains `build_model()` (built under the strategy's scope) on `dataset_fn(input_context, start_batch)`.
+    """Trains `build_model()` (built under the strategy's scope) on `dataset_fn(input_context, start_batch)`, or
+    on `inputs`.
 
     build_model: returns a keras.Model taking a batch dict (and `mems=` when its run options have mem_len > 0)
     and returning a dict of outputs. loss_fn(outputs, batch) -> (sum of per-example losses, their weight) on
     one replica; the loop divides by the weight summed over replicas, so the loss is the same whatever the
-    number of replicas. dataset_fn returns per-replica batches (`input_context.get_per_replica_batch_size`)
-    and must be deterministic given `start_batch`: the data a resumed run sees. model_kwargs: extra keyword
-    arguments of every training call of the model (the pretrainer's `sequence_output=False`).
+    number of replicas. dataset_fn: see `SingleStream`. inputs: instead of dataset_fn, batches of several
+    shapes (fine-tuning's length buckets, `finetune.TaskInput`): `bucket(step)`, `same_bucket_steps(step,
+    limit)`, `dataset(input_context, bucket, start_step)` (per-replica batches of one static shape, for the
+    steps from start_step on that read that bucket) and `token_counts(first_step, end_step)` -> (real, padded).
+    Each bucket gets its own iterator and its own traced (and, with XLA, compiled) program. model_kwargs:
+    extra keyword arguments of every training call of the model (the pretrainer's `sequence_output=False`).
     """
 
     def __init__(self, strategy, build_model, loss_fn, dataset_fn, options: TrainingOptions, model_dir,
-                 tokens_per_example=None, model_kwargs=None):
+                 tokens_per_example=None, model_kwargs=None, inputs=None):
         self.strategy = strategy
         self.model_kwargs = dict(model_kwargs or {})
         self.loss_fn = loss_fn
-        self.dataset_fn = dataset_fn
+        self.inputs = inputs or SingleStream(dataset_fn, options.grad_accum_steps, tokens_per_example,
+                                             options.batch_size)
         self.options = options
         self.model_dir = os.fspath(model_dir)
-        self.tokens_per_example = tokens_per_example
         replicas = strategy.num_replicas_in_sync
         if options.batch_size % replicas:
             raise UserError(f"--batch-size {options.batch_size} must be divisible by the {replicas} replicas")
@@ -129,6 +156,7 @@ class Trainer:
             step_counter=self.step, checkpoint_name="ckpt",
         )
         self._stop_signal = None
+        self._compiled = None
         self._train_loop = self._build_train_loop()
 
     # -- the compiled step ----------------------------------------------------------------------------------
@@ -155,6 +183,7 @@ class Trainer:
 
         if options.jit_compile:
             forward_backward = tf.function(forward_backward, jit_compile=True)
+            self._compiled = forward_backward
 
         def apply_gradients(grads, trained):
             context = tf.distribute.get_replica_context()
@@ -256,9 +285,15 @@ class Trainer:
             log.warning("no saved memory for step %d: starting the memory from zeros", step)
         return None
 
-    def data_iterator(self, start_batch=0):
-        """Per-replica batches of `dataset_fn` from batch `start_batch` on, distributed by the strategy."""
-        return iter(self.strategy.distribute_datasets_from_function(lambda ctx: self.dataset_fn(ctx, start_batch)))
+    def data_iterator(self, start_step=0, bucket=0):
+        """Per-replica batches of one bucket of the input from step `start_step` on, distributed by the strategy."""
+        return iter(self.strategy.distribute_datasets_from_function(
+            lambda ctx: self.inputs.dataset(ctx, bucket, start_step)))
+
+    def traced_programs(self):
+        """How many programs the training step was traced into: the XLA-compiled forward/backward's traces with
+        `jit_compile` (one XLA program each), else the host loop's."""
+        return (self._compiled or self._train_loop).experimental_get_tracing_count()
 
     def run_steps(self, iterator, mems, count):
         """`count` optimizer steps in one compiled call, without checkpoints or logs (train() is built on
@@ -277,7 +312,7 @@ class Trainer:
         if start >= options.train_steps:
             log.info("already trained %d steps (--train-steps %d): nothing to do", start, options.train_steps)
             return []
-        iterator = self.data_iterator(start * options.grad_accum_steps)
+        iterators = {}  # one per bucket, made when the bucket is first read
         mems = self.initial_mems(saved_mems)
         summary = TrainingLog(self.model_dir, enabled=self.chief, total_steps=options.train_steps, initial=start)
         previous = signal.signal(signal.SIGTERM, self._on_signal) if _main_thread() else None
@@ -287,8 +322,12 @@ class Trainer:
             while step < options.train_steps and self._stop_signal is None:
                 count = min(options.steps_per_loop, options.train_steps - step,
                             options.save_every - step % options.save_every)
+                bucket = self.inputs.bucket(step)
+                count = self.inputs.same_bucket_steps(step, count)
+                if bucket not in iterators:
+                    iterators[bucket] = self.data_iterator(step, bucket)
                 began = time.perf_counter()
-                loss, norm, finite, mems = self.run_steps(iterator, mems, count)
+                loss, norm, finite, mems = self.run_steps(iterators[bucket], mems, count)
                 loss = float(loss)
                 elapsed = time.perf_counter() - began
                 if not bool(finite):
@@ -297,14 +336,15 @@ class Trainer:
                         f"NaN or Inf in the loss or gradients between steps {step + 1} and {step + count}; "
                         f"stopped without saving; the last good checkpoint is kept: {latest}"
                     )
+                real, padded = self.inputs.token_counts(step, step + count)
                 step = int(self.step.numpy())
                 examples = count * options.batch_size * options.grad_accum_steps
                 record = {
                     "step": step, "loss": loss, "learning_rate": float(self.schedule(step - 1)),
                     "grad_norm": float(norm), "examples_per_sec": examples / elapsed,
                 }
-                if self.tokens_per_example:
-                    record["tokens_per_sec"] = examples * self.tokens_per_example / elapsed
+                if padded:  # real tokens, and the positions computed with their padding
+                    record.update(tokens_per_sec=real / elapsed, padded_tokens_per_sec=padded / elapsed)
                 records.append(record)
                 summary.write(record)
                 if step % options.save_every == 0 or step >= options.train_steps:

@@ -43,10 +43,12 @@ class TrainingLog:
                     tf.summary.scalar(key, value)
         with open(os.path.join(self.model_dir, LOG_FILE), "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
-        speed = record.get("tokens_per_sec")
+        speed, padded = record.get("tokens_per_sec"), record.get("padded_tokens_per_sec")
         text = f"loss {record['loss']:.4f} lr {record['learning_rate']:.2e} |g| {record['grad_norm']:.2f}"
         if speed:
             text += f" {speed:,.0f} tok/s"
+            if padded and padded > speed * 1.005:
+                text += f" ({padded:,.0f} with padding)"
         if self.bar is not None:
             self.bar.update(step - self.bar.n)
             self.bar.set_postfix_str(text)
