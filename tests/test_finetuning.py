@@ -4,6 +4,7 @@ learn, span extraction reaches non-trivial exact match, RACE runs end to end; ev
 import json
 import random
 
+import numpy as np
 import pytest
 
 from xlnet_tf.cli import main
@@ -29,8 +30,8 @@ def pretrained(tmp_path_factory):
     return root
 
 
-def finetune(root, task, train, dev, steps, *extra):
-    model_dir = root / f"ft-{task}"
+def finetune(root, task, train, dev, steps, *extra, name=None):
+    model_dir = root / f"ft-{name or task}"
     assert main(["finetune", "--task", task, "--train-file", str(train), "--eval-file", str(dev), "--init-checkpoint",
                  str(root / "pretrained"), "--model-dir", str(model_dir), "--train-steps", str(steps),
                  "--batch-size", "16", "--learning-rate", "1e-3", "--warmup-steps", "10", "--strategy", "one_device",
@@ -42,13 +43,19 @@ def sentence(rng, n=8):
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
+def padding_overhead(model_dir):
+    """(real tokens, padded positions) over a fine-tuning run's log."""
+    records = [json.loads(line) for line in open(model_dir / "train_log.jsonl")]
+    return sum(r["tokens"] for r in records), sum(r["padded_tokens"] for r in records)
+
+
 def test_classification_and_regression(pretrained, tmp_path):
     rng = random.Random(0)
 
     def rows(count, regression):
         out = []
         for _ in range(count):
-            text = sentence(rng)
+            text = sentence(rng, min(2 + int(rng.expovariate(1 / 4)), 30))  # mostly short, a long tail
             score = text.split().count("river") + text.split().count("stone")
             out.append((text, f"{float(score):.1f}" if regression else ("yes" if score else "no")))
         return out
@@ -57,13 +64,24 @@ def test_classification_and_regression(pretrained, tmp_path):
         for name, count in (("train", 600), ("dev", 150)):
             lines = ["text_a\tlabel"] + [f"{t}\t{y}" for t, y in rows(count, task == "regression")]
             (tmp_path / f"{task}-{name}.tsv").write_text("\n".join(lines) + "\n")
-    _, results = finetune(pretrained, "classification", tmp_path / "classification-train.tsv",
-                          tmp_path / "classification-dev.tsv", 200, "--max-seq-len", "24")
     dev_labels = [line.rstrip("\n").split("\t")[1] for line in open(tmp_path / "classification-dev.tsv")][1:]
     majority = max(dev_labels.count("yes"), dev_labels.count("no")) / len(dev_labels)
-    print(f"classification ('does the sentence mention river or stone?'): accuracy {results['accuracy']:.3f} "
-          f"(bound >= 0.85; majority class {majority:.2f})")
-    assert results["accuracy"] >= 0.85
+    accuracy, overhead = {}, {}
+    for buckets in ("auto", "none"):
+        model_dir, results = finetune(pretrained, "classification", tmp_path / "classification-train.tsv",
+                                      tmp_path / "classification-dev.tsv", 200, "--max-seq-len", "48",
+                                      "--bucket-boundaries", buckets, name=f"classification-{buckets}")
+        accuracy[buckets] = results["accuracy"]
+        real, padded = padding_overhead(model_dir)
+        overhead[buckets] = padded / real
+        config = json.loads((model_dir / "finetune_config.json").read_text())
+        print(f"classification ('does the sentence mention river or stone?') --bucket-boundaries {buckets} "
+              f"{config['bucket_boundaries']}: accuracy {results['accuracy']:.3f} (bound >= 0.85; majority class "
+              f"{majority:.2f}); {real} real tokens in {padded} padded positions ({padded / real:.2f}x)")
+        assert results["accuracy"] >= 0.85
+    print(f"accuracy auto - none = {accuracy['auto'] - accuracy['none']:+.3f} (bound |.| <= 0.05); padded "
+          f"positions per real token {overhead['auto']:.2f} vs {overhead['none']:.2f} (bound auto <= 0.75 x none)")
+    assert abs(accuracy["auto"] - accuracy["none"]) <= 0.05 and overhead["auto"] <= 0.75 * overhead["none"]
     model_dir, results = finetune(pretrained, "regression", tmp_path / "regression-train.tsv",
                                   tmp_path / "regression-dev.tsv", 200, "--max-seq-len", "24")
     print(f"regression (count of river/stone): Pearson {results['pearson']:.3f}, Spearman {results['spearman']:.3f} "
@@ -77,6 +95,16 @@ def test_classification_and_regression(pretrained, tmp_path):
     assert len(predictions) == 150
     config = json.loads((model_dir / "finetune_config.json").read_text())
     assert config["task"] == "regression" and config["max_seq_len"] == 24 and config["pairs"] is False
+    # predict batches by bucket; its lines are in input order: each equals the row padded to max_seq_len.
+    from xlnet_tf.training.finetune import load_for_inference, load_task_data, run_model
+
+    model, _, tokenizer = load_for_inference(str(model_dir))
+    data = load_task_data("regression", tmp_path / "regression-dev.tsv", tokenizer, 24)
+    fixed = run_model(model, "regression", data.features, boundaries=(24,))["predictions"]
+    diff = float(np.max(np.abs(np.array(predictions) - fixed)))
+    print(f"predict (buckets {config['bucket_boundaries']}) vs rows padded to 24, in input order: max|diff| "
+          f"{diff:.1e} (bound 1e-5)")
+    assert diff <= 1e-5 and len(config["bucket_boundaries"]) > 1
 
 
 def squad_file(path, rng, count, impossible_every=0):

@@ -344,7 +344,8 @@ class Trainer:
                     "grad_norm": float(norm), "examples_per_sec": examples / elapsed,
                 }
                 if padded:  # real tokens, and the positions computed with their padding
-                    record.update(tokens_per_sec=real / elapsed, padded_tokens_per_sec=padded / elapsed)
+                    record.update(tokens=real, padded_tokens=padded, tokens_per_sec=real / elapsed,
+                                  padded_tokens_per_sec=padded / elapsed)
                 records.append(record)
                 summary.write(record)
                 if step % options.save_every == 0 or step >= options.train_steps:
