@@ -7,15 +7,23 @@ A runner measures one `Case` in its own process (see `worker.py`): it builds its
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import time
 
 import numpy as np
 
-TASKS = ("inference", "finetune", "pretrain")
+STEP_TASKS = ("inference", "finetune", "pretrain")  # one synthetic batch, timed step by step
+# The "lengths" group: sentence lengths of SST-2 (fine-tuning, predict, the export's latency).
+LENGTH_TASKS = ("lengths-finetune", "lengths-predict", "lengths-latency")
+TASKS = STEP_TASKS + ("lengths",)  # what --tasks accepts
 PRECISIONS = ("float32", "bfloat16")
 
 # XLNet-base; the published sizes besides it are in xlnet_tf.config.MODEL_SIZES.
 BASE_SIZE = {"n_token": 32000, "d_model": 768, "n_layer": 12, "n_head": 12, "d_head": 64, "d_inner": 3072}
+# {tokens: sentences} of GLUE SST-2 train and dev (SentencePiece pieces, no special tokens); the data is not here.
+LENGTHS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sst2_token_lengths.json")
+SPECIAL_TOKENS = 2  # <sep> and <cls> of a single-sentence classification row
 
 
 class ReferenceMissing(RuntimeError):
@@ -32,8 +40,15 @@ class Case:
 
     implementation: "xlnet-tf", "xlnet-tf-savedmodel", "keras-hub", "model-garden" or "transformers".
     task: "inference" (encoder forward), "finetune" (classification step: forward, backward, AdamW) or
-    "pretrain" (two-stream permutation-LM step with the tied LM head, 1 / span_ratio of the tokens predicted).
+    "pretrain" (two-stream permutation-LM step with the tied LM head, 1 / span_ratio of the tokens predicted),
+    or one of LENGTH_TASKS on `sample_size` examples of SST-2 lengths (`length_examples`, seq_len =
+    max_seq_len): "lengths-finetune" (examples/s of fine-tuning steps, data pipeline included; warmup: untimed
+    steps per length bucket, iterations: timed steps), "lengths-predict" (examples/s of predicting the sample;
+    after one untimed pass, iterations: timed passes over it) and "lengths-latency" (the
+    exported classifier's latency for a short and a long text; warmup and iterations count requests).
     size: the architecture (BASE_SIZE keys). Dropout 0.1 when training, no memory (mem_len 0).
+    padding (LENGTH_TASKS only): "buckets" (length buckets), "fixed" (every row padded to seq_len) or
+    "dynamic" (each batch padded to its longest row).
     """
 
     implementation: str
@@ -46,6 +61,8 @@ class Case:
     span_ratio: int = 6
     warmup: int = 2
     iterations: int = 5
+    padding: str = ""
+    sample_size: int = 0
 
     @property
     def dims(self):
@@ -61,7 +78,11 @@ class Case:
         return self.batch_size * self.seq_len
 
     def to_dict(self):
-        return dataclasses.asdict(self)
+        """The fields; `padding` and `sample_size` only for LENGTH_TASKS (the other cases' JSON is unchanged)."""
+        values = dataclasses.asdict(self)
+        if self.task not in LENGTH_TASKS:
+            del values["padding"], values["sample_size"]
+        return values
 
     @classmethod
     def from_dict(cls, values):
@@ -73,7 +94,8 @@ class Case:
 
     def label(self):
         mode = f"{self.precision}{' xla' if self.xla else ''}"
-        return f"{self.implementation} {self.task} T={self.seq_len} {mode}"
+        padding = f" {self.padding}" if self.padding else ""
+        return f"{self.implementation} {self.task}{padding} T={self.seq_len} {mode}"
 
 
 def synthetic_batch(case: Case, seed: int = 0):
@@ -117,6 +139,34 @@ def synthetic_batch(case: Case, seed: int = 0):
         features.update(perm_mask=perm_mask, target_mapping=target_mapping, target_ids=target_ids,
                         target_mask=np.ones((batch, predict), np.float32))
     return features
+
+
+def length_histogram(split="train", path=LENGTHS_FILE):
+    """SST-2 sentence lengths of `split` ("train" or "dev") -> (tokens int64 [K] ascending, sentences int64 [K]):
+    `sentences[k]` sentences have `tokens[k]` pieces (no special tokens)."""
+    with open(path, encoding="utf-8") as handle:
+        table = json.load(handle)[split]
+    tokens = np.array(sorted(int(key) for key in table), np.int64)
+    return tokens, np.array([table[str(t)] for t in tokens], np.int64)
+
+
+def sample_lengths(count, max_seq_len, seed=0, split="train"):
+    """`count` classification row lengths, int64 [count]: sentence lengths drawn with replacement from the
+    histogram (seeded), plus the SPECIAL_TOKENS, capped at `max_seq_len` (longer sentences are truncated)."""
+    tokens, sentences = length_histogram(split)
+    drawn = np.random.default_rng(seed).choice(tokens, size=count, p=sentences / sentences.sum())
+    return np.minimum(drawn + SPECIAL_TOKENS, max_seq_len)
+
+
+def length_examples(case: Case, seed=0):
+    """The examples of a LENGTH_TASKS case, identical for every implementation: `case.sample_size` sentences
+    of random token ids in [10, n_token) whose rows (`sample_lengths` at case.seq_len) hold the sentence and
+    the special tokens -> (list of int32 [n_i] arrays, without special tokens; int32 [N] labels in {0, 1})."""
+    lengths = sample_lengths(case.sample_size, case.seq_len, seed) - SPECIAL_TOKENS
+    rng = np.random.default_rng([seed, 1])
+    ids = rng.integers(10, case.dims["n_token"], size=int(lengths.sum()), dtype=np.int32)
+    labels = rng.integers(0, 2, size=len(lengths), dtype=np.int32)
+    return np.split(ids, np.cumsum(lengths)[:-1]), labels
 
 
 def time_iterations(step, warmup, iterations):

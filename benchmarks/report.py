@@ -1,19 +1,33 @@
-"""The benchmark's outputs: a text table on stdout, report.md (the same table and the targets, for the README),
-results.json (everything measured) and throughput.png (tokens/s per case)."""
+"""The benchmark's outputs: text tables on stdout, report.md (the same tables and the targets, for the README),
+results.json (everything measured) and throughput.png (tokens/s per case).
+
+Tables: one of tokens/s per step case; when the "lengths" tasks ran, one of examples/s with real vs padded
+tokens (fine-tuning and predict on SST-2 lengths) and one of the exported classifier's latency by text length.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 
-from xlnet_tf.benchmarks.suite import REFERENCES
+from xlnet_tf.benchmarks.common import LENGTH_TASKS, LENGTHS_FILE
+from xlnet_tf.benchmarks.suite import LATENCY_WHERE, REFERENCES, latency_ratio, length_row
 
 COLUMNS = ("implementation", "task", "T", "precision", "XLA", "tokens/s", "ms/step", "GFLOP/s", "% peak",
            "peak MB", *(f"x {r}" for r in REFERENCES), "bf16 rel err")
+LENGTH_COLUMNS = ("implementation", "task", "padding", "batch", "T", "boundaries", "examples/s", "real tok/step",
+                  "padded tok/step", "padded/real", "x fixed")
+LATENCY_COLUMNS = ("where", "text", "pieces", "p50 ms", "p99 ms", "requests")
 
 
 def _number(value, digits=0):
     return "" if value is None else f"{value:,.{digits}f}"
+
+
+def _footnote(row, notes):
+    """Appends the reason a row did not run to `notes` (numbered) -> the cell that points to it."""
+    notes.append(f"({len(notes) + 1}) {row['label']}: {row['status']}: {row.get('error', '')}".strip())
+    return f"{row['status']} ({len(notes)})"
 
 
 def table_rows(results):
@@ -21,10 +35,11 @@ def table_rows(results):
     column and its reason in a numbered footnote."""
     rows, notes = [], []
     for row in results["rows"]:
+        if row["task"] in LENGTH_TASKS:
+            continue
         head = [row["implementation"], row["task"], str(row["seq_len"]), row["precision"], "yes" if row["xla"] else "no"]
         if row["status"] != "ok":
-            notes.append(f"({len(notes) + 1}) {row['label']}: {row['status']}: {row.get('error', '')}".strip())
-            rows.append(head + [f"{row['status']} ({len(notes)})"] + [""] * (len(COLUMNS) - len(head) - 1))
+            rows.append(head + [_footnote(row, notes)] + [""] * (len(COLUMNS) - len(head) - 1))
             continue
         fraction = row.get("peak_fraction")
         rows.append(head + [
@@ -34,6 +49,64 @@ def table_rows(results):
             "" if row.get("rel_error_vs_float32") is None else f"{row['rel_error_vs_float32']:.1e}",
         ])
     return rows, notes
+
+
+def length_rows(results):
+    """(the fine-tuning / predict table on SST-2 lengths, footnotes): examples/s, real and padded tokens per
+    step (per batch for predict), and examples/s over xlnet-tf's fixed padding of the same task."""
+    rows, notes = [], []
+    for row in results["rows"]:
+        if row["task"] not in ("lengths-finetune", "lengths-predict"):
+            continue
+        head = [row["implementation"], row["task"], row["padding"], str(row["batch_size"]), str(row["seq_len"])]
+        if row["status"] != "ok":
+            rows.append(head + ["", _footnote(row, notes)] + [""] * (len(LENGTH_COLUMNS) - len(head) - 2))
+            continue
+        fixed = length_row(results["rows"], "xlnet-tf", row["task"], "fixed", row["seq_len"])
+        real, padded = row["real_tokens_per_step"], row["padded_tokens_per_step"]
+        rows.append(head + [
+            ",".join(str(b) for b in row.get("boundaries", [])) or "per batch",
+            _number(row["examples_per_s"], 1), _number(real), _number(padded), f"{padded / real:.2f}",
+            _number(row["examples_per_s"] / fixed["examples_per_s"], 2) if fixed else "",
+        ])
+    return rows, notes
+
+
+def latency_rows(results):
+    """(the latency table, footnotes): p50 / p99 of each text in process and served, then short/long."""
+    rows, notes = [], []
+    for row in results["rows"]:
+        if row["task"] != "lengths-latency":
+            continue
+        if row["status"] != "ok":
+            rows.append(["", _footnote(row, notes)] + [""] * (len(LATENCY_COLUMNS) - 2))
+            continue
+        for where, key in LATENCY_WHERE.items():
+            if not row.get(key):
+                notes.append(f"({len(notes) + 1}) {where}: not measured: {row.get('served_error')}")
+                rows.append([where, f"not measured ({len(notes)})"] + [""] * (len(LATENCY_COLUMNS) - 2))
+                continue
+            for text in ("short", "long"):
+                measured = row[key][text]
+                rows.append([where, text, str(row["texts"][text]["tokens"]), _number(measured["p50_ms"], 1),
+                             _number(measured["p99_ms"], 1), str(measured["requests"])])
+            rows.append([where, "short/long", "", _number(latency_ratio(row, key, "p50"), 2),
+                         _number(latency_ratio(row, key, "p99"), 2), ""])
+    return rows, notes
+
+
+def length_header(results):
+    """What the lengths tables measured, in one line."""
+    with open(LENGTHS_FILE, encoding="utf-8") as handle:
+        summary = json.load(handle)["train_summary"]
+    options = results["options"]
+    return (f"SST-2 train sentence lengths ({summary['sentences']:,} sentences: mean {summary['mean']}, p50 "
+            f"{summary['p50']}, p90 {summary['p90']}, p99 {summary['p99']} pieces) + 2 special tokens, capped at "
+            f"T = max_seq_len, random token ids; batch {options['lengths_batch_size']}, float32, no XLA. "
+            f"Fine-tuning: examples/s over {options['lengths_steps']} timed steps after {options['warmup']} untimed "
+            f"per bucket, data pipeline (transformers: collation) included; predict: "
+            f"{options['lengths_predict_passes']} pass(es) over {options['lengths_predict_rows']} rows; latency: {options['latency_requests']} requests "
+            f"per text after {options['latency_warmup']}, one client")
 
 
 def target_lines(results):
@@ -63,23 +136,40 @@ def header_lines(results):
     ]
 
 
+def tables(results):
+    """[(columns, body, footnotes, left-aligned columns, line above)]: the step table (unless only the lengths
+    tasks ran), then the lengths tables when those tasks ran, the first under `length_header`."""
+    kinds = {row["task"] in LENGTH_TASKS for row in results["rows"]}
+    out = [] if kinds == {True} else [(COLUMNS, *table_rows(results), 5, None)]
+    if True in kinds:
+        lengths = [(LENGTH_COLUMNS, *length_rows(results), 6), (LATENCY_COLUMNS, *latency_rows(results), 2)]
+        lengths = [table for table in lengths if table[1]]
+        out += [(*table, length_header(results) if i == 0 else None) for i, table in enumerate(lengths)]
+    return out
+
+
+def _aligned(columns, body, left):
+    """A text table: the first `left` columns left-aligned, the others right-aligned."""
+    rows = [list(columns)] + body
+    widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(len(columns))]
+    return ["  ".join(cell.rjust(width) if i >= left else cell.ljust(width)
+                      for i, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows]
+
+
 def format_text(results):
-    body, notes = table_rows(results)
-    rows = [list(COLUMNS)] + body
-    widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(len(COLUMNS))]
-    lines = header_lines(results) + [""]
-    for row in rows:
-        lines.append("  ".join(cell.rjust(width) if i >= 5 else cell.ljust(width)
-                               for i, (cell, width) in enumerate(zip(row, widths))).rstrip())
-    return "\n".join(lines + notes + [""] + target_lines(results))
+    lines = header_lines(results)
+    for columns, body, notes, left, above in tables(results):
+        lines += [""] + ([above, ""] if above else []) + _aligned(columns, body, left) + notes
+    return "\n".join(lines + [""] + target_lines(results))
 
 
 def format_markdown(results):
-    lines = [f"- {line}" for line in header_lines(results)] + ["", "| " + " | ".join(COLUMNS) + " |",
-                                                               "|" + "---|" * len(COLUMNS)]
-    body, notes = table_rows(results)
-    lines += ["| " + " | ".join(row) + " |" for row in body]
-    lines += [""] + [f"{note}  " for note in notes]
+    lines = [f"- {line}" for line in header_lines(results)]
+    for columns, body, notes, _, above in tables(results):
+        lines += (["", "Real sentence lengths:", "", f"- {above}"] if above else [])
+        lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(row) + " |" for row in body]
+        lines += [""] + [f"{note}  " for note in notes]
     lines += ["", "Targets:", ""] + [f"- {line}" for line in target_lines(results)]
     return "\n".join(lines) + "\n"
 
@@ -90,7 +180,7 @@ def plot_throughput(results, path):
 
     plt = pyplot()
     order = {task: i for i, task in enumerate(("inference", "finetune", "pretrain"))}
-    rows = sorted((r for r in results["rows"] if r["status"] == "ok"),
+    rows = sorted((r for r in results["rows"] if r["status"] == "ok" and "tokens_per_s" in r),
                   key=lambda r: (order.get(r["task"], 9), r["seq_len"]))  # each task's cases side by side
     if not rows:
         return None

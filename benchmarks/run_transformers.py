@@ -1,5 +1,6 @@
 """transformers' runner: PyTorch `XLNetModel`, `XLNetForSequenceClassification` and `XLNetLMHeadModel` on the
-CPU, tasks "inference", "finetune" and "pretrain" (eager PyTorch, no XLA).
+CPU, tasks "inference", "finetune" and "pretrain" (eager PyTorch, no XLA), and "lengths-finetune" with dynamic
+padding (each batch LEFT-padded to its longest row, as transformers' XLNet tokenizer pads).
 
 Conventions (`XLNetModel.forward`): attention_mask 1 = real token (it computes input_mask = 1 - attention_mask),
 token_type_ids are the segment ids, perm_mask[b, i, j] = 1 means i may NOT attend to j and target_mapping is
@@ -11,13 +12,19 @@ from __future__ import annotations
 import contextlib
 import os
 
+import numpy as np
+
 from xlnet_tf.benchmarks.common import (
-    TASKS, Case, ReferenceMissing, Unsupported, require_split_heads, synthetic_batch, time_case,
+    STEP_TASKS, Case, ReferenceMissing, Unsupported, length_examples, require_split_heads, synthetic_batch, time_case,
+    time_iterations,
 )
 
 SEED = 0
 TRAINING_DROPOUT = 0.1
 NUM_CLASSES = 2
+# XLNet's special ids (as xlnet_tf.data.graph_features) and the segment ids transformers' XLNet tokenizer writes.
+SEP_ID, CLS_ID, PAD_ID = 4, 3, 5
+SEG_A, SEG_CLS, SEG_PAD = 0, 2, 3
 
 
 def run(case: Case) -> dict:
@@ -31,6 +38,8 @@ def run(case: Case) -> dict:
         raise ReferenceMissing(f"transformers (with torch) is not installed: {error}") from error
     _check(case)
     torch.manual_seed(SEED)
+    if case.task == "lengths-finetune":
+        return _lengths_finetune(case)
     tensors = _tensors(case)
     precision = ", autocast bfloat16" if case.precision == "bfloat16" else ""
     return time_case(
@@ -40,8 +49,10 @@ def run(case: Case) -> dict:
 
 def _check(case):
     """Raises Unsupported for what transformers' XLNet cannot run here."""
-    if case.task not in TASKS:
-        raise Unsupported(f"unknown task {case.task!r}")
+    if case.task not in STEP_TASKS + ("lengths-finetune",):
+        raise Unsupported(f"transformers runs {STEP_TASKS} and lengths-finetune, not {case.task!r}")
+    if case.task == "lengths-finetune" and (case.padding != "dynamic" or case.precision != "float32"):
+        raise Unsupported("transformers fine-tunes on real lengths with dynamic padding in float32 only")
     if case.xla:
         raise Unsupported("transformers' PyTorch XLNet runs eagerly on the CPU here: no XLA")
     if case.precision not in ("float32", "bfloat16"):
@@ -101,6 +112,76 @@ def _inference_step(case, tensors):
     return step
 
 
+def _classifier(case):
+    """A randomly initialised XLNetForSequenceClassification in train mode and its AdamW (as ours: lr 2e-5,
+    weight decay 0.01, epsilon 1e-6)."""
+    import torch
+    import transformers
+
+    model = transformers.XLNetForSequenceClassification(_config(case, TRAINING_DROPOUT)).train()
+    return model, torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01, eps=1e-6)
+
+
+def _update(model, optimizer, loss):
+    """Backward, global-norm clipping at 1.0, AdamW step."""
+    import torch
+
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def collate(sentences, labels):
+    """One batch, LEFT-padded to its longest row as transformers' XLNet tokenizer pads (`A <sep> <cls>`,
+    segments A 0 / <cls> 2 / pad 3) -> torch int64 input_ids, token_type_ids [B, W], float32 attention_mask
+    [B, W] (1 = real token), int64 labels [B]."""
+    import torch
+
+    width = max(len(s) for s in sentences) + 2
+    ids = np.full((len(sentences), width), PAD_ID, np.int64)
+    segments = np.full((len(sentences), width), SEG_PAD, np.int64)
+    mask = np.zeros((len(sentences), width), np.float32)
+    for row, sentence in enumerate(sentences):
+        start = width - len(sentence) - 2
+        ids[row, start:] = np.concatenate([sentence, [SEP_ID, CLS_ID]])
+        segments[row, start:] = SEG_A
+        segments[row, -1] = SEG_CLS
+        mask[row, start:] = 1.0
+    return {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(segments),
+            "attention_mask": torch.from_numpy(mask), "labels": torch.from_numpy(labels.astype(np.int64))}
+
+
+def _lengths_finetune(case):
+    """`case.warmup` untimed then `case.iterations` timed steps over consecutive batches of a seeded
+    permutation of the case's examples (`length_examples`), the collation of each batch timed with its step.
+    -> seconds [steps], timed_examples, real / padded tokens per step of the timed batches, losses."""
+    sentences, labels = length_examples(case)
+    steps = case.warmup + case.iterations
+    order = np.resize(np.random.default_rng(SEED).permutation(len(sentences)), steps * case.batch_size)
+    batches = order.reshape(steps, case.batch_size)
+    model, optimizer = _classifier(case)
+    losses, pending = [], iter(batches)
+
+    def step():
+        rows = next(pending)
+        batch = collate([sentences[i] for i in rows], labels[rows])
+        loss = model(**batch, use_mems=False).loss
+        _update(model, optimizer, loss)
+        losses.append(loss.item())
+
+    seconds = time_iterations(step, case.warmup, case.iterations)
+    timed = batches[case.warmup:]
+    widths = [max(len(sentences[i]) for i in rows) + 2 for rows in timed]
+    return {
+        "seconds": seconds, "timed_examples": case.iterations * case.batch_size, "steps": case.iterations,
+        "real_tokens_per_step": sum(len(sentences[i]) + 2 for i in timed.reshape(-1)) / case.iterations,
+        "padded_tokens_per_step": case.batch_size * sum(widths) / case.iterations,
+        "loss_first": losses[case.warmup], "loss_last": losses[-1],
+        "note": "eager PyTorch, collate (left padding to the batch's longest row) + backward + clip_grad_norm_ + AdamW",
+    }
+
+
 def _train_step(case, tensors, losses):
     """One step of the sequence classifier ("finetune") or the tied-LM-head two-stream model ("pretrain"):
     loss, backward, global-norm clipping at 1.0, AdamW; appends the loss to `losses`."""
@@ -108,21 +189,17 @@ def _train_step(case, tensors, losses):
     import transformers
 
     if case.task == "finetune":
-        model = transformers.XLNetForSequenceClassification(_config(case, TRAINING_DROPOUT))
+        model, optimizer = _classifier(case)
         inputs = {name: tensors[name] for name in ("input_ids", "token_type_ids", "attention_mask", "labels")}
     else:
-        model = transformers.XLNetLMHeadModel(_config(case, TRAINING_DROPOUT))
+        model = transformers.XLNetLMHeadModel(_config(case, TRAINING_DROPOUT)).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01, eps=1e-6)
         inputs = tensors
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01, eps=1e-6)
 
     def step():
         with _autocast(case):
             loss = model(**inputs, use_mems=False).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        _update(model, optimizer, loss)
         losses.append(loss.item())
 
     return step

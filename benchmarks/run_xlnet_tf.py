@@ -1,5 +1,6 @@
 """xlnet-tf's own runners: the encoder forward, the training loop's fine-tuning and pretraining steps, and the
-exported SavedModel's `encode` signature (text in, so tokenization is timed too)."""
+exported SavedModel's `encode` signature (text in, so tokenization is timed too); the LENGTH_TASKS are in
+`run_lengths`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import tempfile
 
 import numpy as np
 
-from xlnet_tf.benchmarks.common import Case, Unsupported, synthetic_batch, time_iterations
+from xlnet_tf.benchmarks.common import LENGTH_TASKS, Case, Unsupported, synthetic_batch, time_iterations
 
 ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask")
 PRETRAIN_INPUTS = ENCODER_INPUTS + ("perm_mask", "target_mapping", "target_ids", "target_mask")
@@ -18,6 +19,11 @@ TRAINING_DROPOUT = 0.1
 def run(case: Case) -> dict:
     """Times `case` (implementation "xlnet-tf" or "xlnet-tf-savedmodel") -> {"seconds", "note", ...}."""
     import keras
+
+    if case.task in LENGTH_TASKS:
+        from xlnet_tf.benchmarks import run_lengths
+
+        return run_lengths.run(case)
 
     keras.utils.set_random_seed(0)
     if case.implementation == "xlnet-tf-savedmodel":

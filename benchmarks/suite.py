@@ -1,6 +1,8 @@
 """`xlnet-tf benchmark`: every case in its own process, then one table of tokens/s, GFLOP/s against the matmul
-peak measured in the same run, peak memory and ratios against the reference implementations, checked against
-the project's speed targets. Written to OUTPUT_DIR as results.json, report.md and throughput.png."""
+peak measured in the same run, peak memory and ratios against the reference implementations, and, for the
+"lengths" tasks (SST-2 sentence lengths), examples/s of fine-tuning and predict with length buckets, fixed and
+dynamic padding and the exported classifier's latency by text length; all checked against the project's speed
+targets. Written to OUTPUT_DIR as results.json, report.md and throughput.png."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import time
 
 import numpy as np
 
-from xlnet_tf.benchmarks.common import BASE_SIZE, PRECISIONS, TASKS, Case
+from xlnet_tf.benchmarks.common import BASE_SIZE, LENGTH_TASKS, PRECISIONS, STEP_TASKS, TASKS, Case
 from xlnet_tf.benchmarks.flops import step_flops
 from xlnet_tf.benchmarks.worker import RESULT_PREFIX
 
@@ -23,12 +25,21 @@ OURS = ("xlnet-tf", "xlnet-tf-savedmodel")
 REFERENCES = ("keras-hub", "model-garden", "transformers")
 IMPLEMENTATIONS = OURS + REFERENCES
 SUPPORTED_TASKS = {
-    "xlnet-tf": TASKS,
+    "xlnet-tf": STEP_TASKS,
     "xlnet-tf-savedmodel": ("inference",),
     "keras-hub": ("inference", "finetune"),  # its backbone has no query stream: no pretraining
     "model-garden": ("inference", "pretrain"),
-    "transformers": TASKS,
+    "transformers": STEP_TASKS,
 }
+# The "lengths" tasks' cases: (implementation, task, padding).
+LENGTH_CASES = (
+    ("xlnet-tf", "lengths-finetune", "buckets"),
+    ("xlnet-tf", "lengths-finetune", "fixed"),
+    ("transformers", "lengths-finetune", "dynamic"),
+    ("xlnet-tf", "lengths-predict", "buckets"),
+    ("xlnet-tf", "lengths-predict", "fixed"),
+    ("xlnet-tf-savedmodel", "lengths-latency", ""),
+)
 HAS_XLA = ("xlnet-tf", "keras-hub", "model-garden")
 PACKAGES = ("tensorflow", "keras", "tensorflow-text", "keras-hub", "tf-models-official", "tf-keras", "torch",
             "transformers")
@@ -52,14 +63,28 @@ TARGETS = (
     Target("best xlnet-tf mode vs matmul peak of its precision", 0.70),
     Target("pretraining peak memory (long) vs transformers", 1.0, at_most=True),
     Target("bfloat16 inference relative error vs float32", 0.02, at_most=True),
+    Target("fine-tuning SST-2 lengths, buckets vs fixed padding", 3.0),
+    Target("fine-tuning SST-2 lengths, buckets vs transformers dynamic padding", 1.5),
+    Target("predict SST-2 lengths, buckets vs fixed padding", 3.0),
+    Target("latency short/long text p50, in process", 0.4, at_most=True),
+    Target("latency short/long text p99, in process", 0.4, at_most=True),
+    Target("latency short/long text p50, served (gRPC)", 0.4, at_most=True),
+    Target("latency short/long text p99, served (gRPC)", 0.4, at_most=True),
 )
+LATENCY_WHERE = {"in process": "in_process", "served (gRPC)": "served"}
 
 
 @dataclasses.dataclass(frozen=True)
 class BenchmarkOptions:
     """What to measure. Ours run in every requested precision and XLA mode; the references in float32, with
     and without XLA where they have it. `long_seq_len` (0 = off) adds inference at that length, and a
-    pretraining step of xlnet-tf and transformers for the peak-memory comparison."""
+    pretraining step of xlnet-tf and transformers for the peak-memory comparison.
+
+    The "lengths" tasks run at seq_len (as max_seq_len), batch `lengths_batch_size`, float32 without XLA, on
+    rows of SST-2 train lengths: fine-tuning `lengths_steps` timed steps (after `warmup` steps of every
+    bucket) on a sample of `lengths_sample` rows, predict: `lengths_predict_passes` timed passes over
+    `lengths_predict_rows` rows (after an untimed pass over them, which traces), latency:
+    `latency_requests` requests per text after `latency_warmup`."""
 
     size: dict = dataclasses.field(default_factory=lambda: dict(BASE_SIZE))
     batch_size: int = 8
@@ -72,6 +97,13 @@ class BenchmarkOptions:
     warmup: int = 2
     iterations: int = 5
     long_iterations: int = 3
+    lengths_batch_size: int = 32
+    lengths_steps: int = 20
+    lengths_sample: int = 4096
+    lengths_predict_rows: int = 512
+    lengths_predict_passes: int = 1
+    latency_requests: int = 50
+    latency_warmup: int = 10
     timeout: float = 1800.0
 
 
@@ -101,6 +133,26 @@ def plan_cases(options: BenchmarkOptions):
                             warmup=1 if long else options.warmup,
                             iterations=options.long_iterations if long else options.iterations,
                         ))
+    return cases + plan_length_cases(options)
+
+
+def plan_length_cases(options: BenchmarkOptions):
+    """The "lengths" tasks' cases (LENGTH_CASES) of the requested implementations, when "lengths" is asked for."""
+    if "lengths" not in options.tasks:
+        return []
+    common = dict(batch_size=options.lengths_batch_size, seq_len=options.seq_len, precision="float32", xla=False,
+                  size=tuple(sorted(options.size.items())))
+    counts = {  # (warmup, iterations, sample_size)
+        "lengths-finetune": (options.warmup, options.lengths_steps, options.lengths_sample),
+        "lengths-predict": (min(options.warmup, 1), options.lengths_predict_passes, options.lengths_predict_rows),
+        "lengths-latency": (options.latency_warmup, options.latency_requests, 0),
+    }
+    cases = []
+    for implementation, task, padding in LENGTH_CASES:
+        if implementation in options.implementations:
+            warmup, iterations, sample_size = counts[task]
+            cases.append(Case(implementation, task, warmup=warmup, iterations=iterations, padding=padding,
+                              sample_size=sample_size, **common))
     return cases
 
 
@@ -120,9 +172,14 @@ def run_worker(arguments, timeout):
 
 
 def summarize(case: Case, result: dict, peaks: dict):
-    """One table row: the case, its status and, when it ran, the derived figures."""
+    """One table row: the case, its status and, when it ran, the derived figures (a LENGTH_TASKS row with timed
+    examples: examples_per_s over all its timed seconds)."""
     row = {**case.to_dict(), "label": case.label(), **result}
     row.pop("size")
+    if case.task in LENGTH_TASKS:
+        if result.get("status") == "ok" and result.get("timed_examples"):
+            row["examples_per_s"] = result["timed_examples"] / float(np.sum(result["seconds"]))
+        return row
     if result.get("status") == "ok":
         seconds = float(np.median(result["seconds"]))
         gflops = step_flops(case) / seconds / 1e9
@@ -142,11 +199,57 @@ def add_ratios(rows):
     """Each ok row of ours gets `vs_<reference>`: its tokens/s over the reference's best float32 mode for
     the same task and length."""
     for row in rows:
-        if row["implementation"] not in OURS or row["status"] != "ok":
+        if row["implementation"] not in OURS or row["status"] != "ok" or row["task"] in LENGTH_TASKS:
             continue
         for reference in REFERENCES:
             other = best(rows, reference, row["task"], row["seq_len"])
             row[f"vs_{reference}"] = row["tokens_per_s"] / other["tokens_per_s"] if other else None
+
+
+def length_row(rows, implementation, task, padding, seq_len):
+    """The ok row of a LENGTH_TASKS case, or None."""
+    return next((r for r in rows if r["status"] == "ok" and r["implementation"] == implementation and
+                 r["task"] == task and r.get("padding") == padding and r["seq_len"] == seq_len), None)
+
+
+def latency_ratio(row, where, statistic):
+    """Short-text over long-text latency of a "lengths-latency" row at `where` ("in_process" or "served") for
+    `statistic` ("p50" or "p99"), or None when not measured there."""
+    measured = row.get(where) if row else None
+    if not measured:
+        return None
+    return measured["short"][f"{statistic}_ms"] / measured["long"][f"{statistic}_ms"]
+
+
+def length_targets(rows, seq_len):
+    """(value, detail) of each "lengths" target, in TARGETS' order."""
+
+    def speedup(task, implementation, padding):
+        mine = length_row(rows, "xlnet-tf", task, "buckets", seq_len)
+        theirs = length_row(rows, implementation, task, padding, seq_len)
+        if not mine or not theirs:
+            missing = [label for label, r in ((f"xlnet-tf {task} buckets", mine),
+                                              (f"{implementation} {task} {padding}", theirs)) if not r]
+            return None, f"not measured: {', '.join(missing)} T={seq_len} missing"
+        return (mine["examples_per_s"] / theirs["examples_per_s"],
+                f"{mine['examples_per_s']:.1f} vs {theirs['examples_per_s']:.1f} examples/s, batch "
+                f"{mine['batch_size']}, boundaries {mine['boundaries']}")
+
+    values = [speedup("lengths-finetune", "xlnet-tf", "fixed"),
+              speedup("lengths-finetune", "transformers", "dynamic"),
+              speedup("lengths-predict", "xlnet-tf", "fixed")]
+    latency = length_row(rows, "xlnet-tf-savedmodel", "lengths-latency", "", seq_len)
+    for where, key in LATENCY_WHERE.items():
+        for statistic in ("p50", "p99"):
+            value = latency_ratio(latency, key, statistic)
+            if value is None:
+                reason = (latency or {}).get("served_error") or f"xlnet-tf-savedmodel lengths-latency T={seq_len}"
+                values.append((None, f"not measured: {reason}" + ("" if latency else " missing")))
+                continue
+            short, long = (latency[key][text][f"{statistic}_ms"] for text in ("short", "long"))
+            values.append((value, f"{short:.1f} ms ({latency['texts']['short']['tokens']} pieces) vs {long:.1f} ms "
+                                  f"({latency['texts']['long']['tokens']} pieces), {where}"))
+    return values
 
 
 def evaluate_targets(rows, options: BenchmarkOptions):
@@ -180,6 +283,7 @@ def evaluate_targets(rows, options: BenchmarkOptions):
     errors = [r["rel_error_vs_float32"] for r in rows if r.get("rel_error_vs_float32") is not None]
     values.append((max(errors), f"largest of {len(errors)} bfloat16 inference rows") if errors
                   else (None, "not measured"))
+    values += length_targets(rows, length)
     results = []
     for target, (value, detail) in zip(TARGETS, values):
         met = None if value is None else (value <= target.bound if target.at_most else value >= target.bound)

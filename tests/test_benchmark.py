@@ -1,10 +1,12 @@
-"""The benchmark suite: FLOP counts by hand, the synthetic batches, the plan of cases, targets and report on
-fabricated rows, the worker's statuses, and one tiny end-to-end run of `xlnet-tf benchmark`.
+"""The benchmark suite: FLOP counts by hand, the synthetic batches, the SST-2 length histogram and its seeded
+sampler, the plan of cases, targets and report on fabricated rows (step cases and the lengths tasks), the
+worker's statuses, and one tiny end-to-end run of `xlnet-tf benchmark --quick`.
 
 Speed is never asserted; every checked figure is printed next to its bound (run with -s to see them).
 """
 
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -16,10 +18,11 @@ import pytest
 
 from xlnet_tf import cli
 from xlnet_tf.benchmarks import report
-from xlnet_tf.benchmarks.common import Case, synthetic_batch
+from xlnet_tf.benchmarks.common import (LENGTHS_FILE, Case, length_examples, length_histogram, sample_lengths,
+                                        synthetic_batch)
 from xlnet_tf.benchmarks.flops import step_flops
-from xlnet_tf.benchmarks.suite import (BenchmarkOptions, add_ratios, evaluate_targets, machine_info, plan_cases,
-                                       summarize)
+from xlnet_tf.benchmarks.suite import (LENGTH_CASES, BenchmarkOptions, add_ratios, evaluate_targets, machine_info,
+                                       plan_cases, summarize)
 
 SMALL = {"n_token": 50, "d_model": 8, "n_layer": 2, "n_head": 2, "d_head": 4, "d_inner": 16}
 
@@ -101,12 +104,65 @@ def test_synthetic_pretrain_batch():
     assert "input_ids" in differing and "perm_mask" in differing
 
 
+def test_length_histogram_and_sampler():
+    tokens, sentences = length_histogram()
+    with open(LENGTHS_FILE, encoding="utf-8") as handle:
+        summary = json.load(handle)["train_summary"]
+    check("SST-2 train sentences", int(sentences.sum()), 67349)
+    every = np.repeat(tokens, sentences)
+    check("mean pieces", float(every.mean()), summary["mean"], rel=1e-3)
+    for q in (50, 90, 99):
+        check(f"p{q} pieces", float(np.percentile(every, q)), summary[f"p{q}"])
+    lengths = sample_lengths(20000, 128, seed=0)
+    print(f"20000 sampled rows: {lengths.min()}..{lengths.max()} tokens (bound 3..{tokens.max() + 2}), mean "
+          f"{lengths.mean():.2f} (bound {summary['mean'] + 2} +- 0.3)")
+    assert lengths.min() >= 3 and lengths.max() <= tokens.max() + 2 and abs(lengths.mean() - summary["mean"] - 2) < 0.3
+    assert np.array_equal(sample_lengths(20000, 128, seed=0), lengths)
+    differing = int((sample_lengths(20000, 128, seed=1) != lengths).sum())
+    print(f"rows differing with another seed {differing} (bound > 10000)")
+    assert differing > 10000
+    capped = sample_lengths(20000, 16, seed=0)
+    print(f"at max_seq_len 16: {int((capped == 16).sum())} rows capped (bound == the {int((lengths >= 16).sum())} "
+          f"draws of >= 14 pieces), longest {capped.max()} (bound 16)")
+    assert np.array_equal(capped, np.minimum(lengths, 16))
+
+    case = Case("xlnet-tf", "lengths-finetune", 4, 16, size=tuple(sorted(SMALL.items())), padding="buckets",
+                sample_size=300)
+    sentences, labels = length_examples(case)
+    pieces = np.array([len(sentence) for sentence in sentences])
+    rows = sample_lengths(300, 16)
+    print(f"300 examples: {pieces.sum()} pieces (bound == sampled rows {rows.sum()} - 2 x 300), longest "
+          f"{pieces.max()} (bound 14)")
+    assert np.array_equal(pieces, rows - 2) and pieces.max() == 14
+    ids = np.concatenate(sentences)
+    print(f"ids {ids.min()}..{ids.max()} (bound 10..{SMALL['n_token'] - 1}), labels {sorted(set(labels.tolist()))} "
+          f"(bound [0, 1])")
+    assert ids.min() >= 10 and ids.max() < SMALL["n_token"] and set(labels.tolist()) == {0, 1}
+    again, _ = length_examples(case)
+    assert all(np.array_equal(a, b) for a, b in zip(sentences, again))
+
+
 def test_plan_cases_defaults():
     cases = plan_cases(BenchmarkOptions())
-    print(f"cases planned {len(cases)} (bound == 36)")
-    assert len(cases) == 36 and len(set(cases)) == len(cases)
+    print(f"cases planned {len(cases)} (bound == 36 + {len(LENGTH_CASES)} lengths)")
+    assert len(cases) == 36 + len(LENGTH_CASES) and len(set(cases)) == len(cases)
     assert cases[0].implementation == "xlnet-tf"
+    lengths = [c for c in cases if c.task.startswith("lengths-")]
+    assert [(c.implementation, c.task, c.padding) for c in lengths] == list(LENGTH_CASES)
+    for case in lengths:
+        print(f"{case.label()}: batch {case.batch_size} (bound 32), sample {case.sample_size}, warm-up "
+              f"{case.warmup}, timed {case.iterations}")
+        assert case.batch_size == 32 and case.seq_len == 128 and case.precision == "float32" and not case.xla
+        assert case.to_dict()["padding"] == case.padding and Case.from_dict(case.to_dict()) == case
+    assert {c.sample_size for c in lengths if c.task == "lengths-finetune"} == {4096}
+    assert {(c.sample_size, c.iterations) for c in lengths if c.task == "lengths-predict"} == {(512, 1)}
+    assert [c.iterations for c in lengths if c.task == "lengths-latency"] == [50]
     for case in cases:
+        if case.task.startswith("lengths-"):
+            continue
+        assert "padding" not in case.to_dict() and "sample_size" not in case.to_dict()
+        assert case.label() == f"{case.implementation} {case.task} T={case.seq_len} {case.precision}" + (
+            " xla" if case.xla else "")
         if case.implementation != "xlnet-tf":
             assert case.precision == "float32", case.label()
     assert not [c for c in cases if c.implementation == "transformers" and c.xla]
@@ -119,7 +175,9 @@ def test_plan_cases_defaults():
     assert sorted(long_pretrain) == [("transformers", "float32", False), ("xlnet-tf", "float32", False)]
     assert not [c for c in long if c.task == "finetune"]
     saved = {(c.task, c.precision, c.xla) for c in cases if c.implementation == "xlnet-tf-savedmodel"}
-    assert saved == {("inference", "float32", False)}
+    assert saved == {("inference", "float32", False), ("lengths-latency", "float32", False)}
+    no_lengths = plan_cases(BenchmarkOptions(tasks=("inference",), implementations=("xlnet-tf", "transformers")))
+    assert not [c for c in no_lengths if c.task.startswith("lengths-")]
 
 
 def fabricated_results():
@@ -183,6 +241,88 @@ def test_targets_ratios_and_report(tmp_path, capsys):
     assert png[:4] == b"\x89PNG" and len(png) > 8
 
 
+LENGTH_TARGETS = {
+    "tune fixed": "fine-tuning SST-2 lengths, buckets vs fixed padding",
+    "tune transformers": "fine-tuning SST-2 lengths, buckets vs transformers dynamic padding",
+    "predict": "predict SST-2 lengths, buckets vs fixed padding",
+    **{f"{stat} {where}": f"latency short/long text {stat}, {where}"
+       for where in ("in process", "served (gRPC)") for stat in ("p50", "p99")},
+}
+
+
+def fabricated_length_results(transformers):
+    """Rows of the lengths tasks as `summarize` makes them: fine-tuning buckets 32 examples/s vs fixed 8 (4x,
+    met) and vs `transformers` (a worker result); predict 128 vs 64 examples/s (2x, not met); latency in
+    process short/long 0.2 at p50 (met) and 0.5 at p99 (not met), the server not started."""
+    options = BenchmarkOptions(size=SMALL, seq_len=16, long_seq_len=0, tasks=("lengths",), lengths_batch_size=4)
+
+    def row(implementation, task, padding, result):
+        case = Case(implementation, task, 4, 16, size=tuple(sorted(SMALL.items())), padding=padding, sample_size=64)
+        return summarize(case, {"status": "ok", **result} if "status" not in result else result, {})
+
+    tokens = {"real_tokens_per_step": 40.0}
+    latency = {"short": {"p50_ms": 2.0, "p99_ms": 4.0, "requests": 50},
+               "long": {"p50_ms": 10.0, "p99_ms": 8.0, "requests": 50}}
+    rows = [
+        row("xlnet-tf", "lengths-finetune", "buckets", {"seconds": [1.0, 1.0], "timed_examples": 64, **tokens,
+                                                        "boundaries": [8, 16], "padded_tokens_per_step": 48.0}),
+        row("xlnet-tf", "lengths-finetune", "fixed", {"seconds": [8.0], "timed_examples": 64, "boundaries": [16],
+                                                      "padded_tokens_per_step": 64.0, **tokens}),
+        row("transformers", "lengths-finetune", "dynamic", transformers),
+        row("xlnet-tf", "lengths-predict", "buckets", {"seconds": [4.0], "timed_examples": 512, "boundaries": [8, 16],
+                                                       "padded_tokens_per_step": 44.0, **tokens}),
+        row("xlnet-tf", "lengths-predict", "fixed", {"seconds": [8.0], "timed_examples": 512, "boundaries": [16],
+                                                     "padded_tokens_per_step": 64.0, **tokens}),
+        row("xlnet-tf-savedmodel", "lengths-latency", "", {
+            "texts": {"short": {"text": "a b", "tokens": 7}, "long": {"text": "a b c", "tokens": 14}},
+            "in_process": latency, "served": None, "served_error": "RuntimeError: server did not start"}),
+    ]
+    add_ratios(rows)
+    return {"machine": machine_info(), "matmul_peak_gflops": {}, "matmul": {"status": "ok"},
+            "options": {**dataclasses.asdict(options), "xla_modes": list(options.xla_modes)}, "rows": rows,
+            "targets": evaluate_targets(rows, options), "wall_s": 3.0}
+
+
+@pytest.mark.parametrize("transformers, expected", [
+    ({"status": "missing", "error": "No module named 'torch'"}, None),
+    ({"seconds": [4.0], "timed_examples": 64, "padded_tokens_per_step": 56.0, "real_tokens_per_step": 40.0}, True),
+    ({"seconds": [1.6], "timed_examples": 64, "padded_tokens_per_step": 56.0, "real_tokens_per_step": 40.0}, False),
+])
+def test_length_targets_and_report(tmp_path, capsys, transformers, expected):
+    results = fabricated_length_results(transformers)
+    report.write(results, str(tmp_path))
+    printed = capsys.readouterr().out
+    rows, targets = results["rows"], {t["target"]: t for t in results["targets"]}
+    check("buckets examples/s (64 over 2 s)", rows[0]["examples_per_s"], 32.0)
+    check("fine-tuning buckets vs fixed", targets[LENGTH_TARGETS["tune fixed"]]["value"], 4.0)
+    check("predict buckets vs fixed", targets[LENGTH_TARGETS["predict"]]["value"], 2.0)
+    check("in-process p50 short/long", targets[LENGTH_TARGETS["p50 in process"]]["value"], 0.2)
+    check("in-process p99 short/long", targets[LENGTH_TARGETS["p99 in process"]]["value"], 0.5)
+    verdicts = {key: targets[name]["met"] for key, name in LENGTH_TARGETS.items()}
+    want = {"tune fixed": True, "tune transformers": expected, "predict": False, "p50 in process": True,
+            "p99 in process": False, "p50 served (gRPC)": None, "p99 served (gRPC)": None}
+    print(f"verdicts {verdicts} (bound {want})")
+    assert verdicts == want
+    versus = targets[LENGTH_TARGETS["tune transformers"]]
+    if expected is None:
+        assert versus["value"] is None and "transformers lengths-finetune dynamic" in versus["detail"]
+        assert "examples_per_s" not in rows[2]
+    else:
+        check("buckets vs transformers dynamic", versus["value"], 32.0 / (64 / transformers["seconds"][0]))
+    assert "server did not start" in targets[LENGTH_TARGETS["p50 served (gRPC)"]]["detail"]
+    assert not [r for r in rows if "vs_transformers" in r or "tokens_per_s" in r]
+    markdown = report.format_markdown(results)
+    tables = [line for line in markdown.splitlines() if line.startswith("| ")]
+    print(f"markdown table lines {len(tables)} (bound == 2 headers + 5 rows + 3 in process + 1 served)")
+    assert tables[0].startswith("| implementation | task | padding |") and len(tables) == 2 + 5 + 3 + 1
+    assert "| tokens/s |" not in markdown and "Real sentence lengths:" in markdown and "67,349 sentences" in markdown
+    assert "| xlnet-tf | lengths-finetune | buckets | 4 | 16 | 8,16 | 32.0 | 40 | 48 | 1.20 | 4.00 |" in markdown
+    assert "| in process | short/long |  | 0.20 | 0.50 |  |" in markdown
+    assert "not measured (1)" in markdown and "NOT MET" in printed and "NOT MEASURED" in printed
+    assert ("missing (1)" in markdown) == (expected is None)
+    assert json.loads((tmp_path / "results.json").read_text())["rows"][0]["boundaries"] == [8, 16]
+
+
 def test_worker_statuses(monkeypatch):
     from xlnet_tf.benchmarks import run_xlnet_tf
     from xlnet_tf.benchmarks.worker import measure_case
@@ -196,43 +336,83 @@ def test_worker_statuses(monkeypatch):
         raise AssertionError("the SavedModel was exported before the case was rejected")
 
     monkeypatch.setattr(run_xlnet_tf, "export_random_classifier", heavy)
-    for changes in ({"task": "finetune"}, {"task": "inference", "xla": True}):
-        result = measure_case({"implementation": "xlnet-tf-savedmodel", **tiny, **changes})
-        print(f"savedmodel {changes} {result} (bound status unsupported)")
+    for implementation, changes in (("xlnet-tf-savedmodel", {"task": "finetune"}),
+                                    ("xlnet-tf-savedmodel", {"task": "inference", "xla": True}),
+                                    ("xlnet-tf", {"task": "lengths-latency"}),
+                                    ("xlnet-tf-savedmodel", {"task": "lengths-latency", "precision": "bfloat16"})):
+        result = measure_case({"implementation": implementation, **tiny, **changes})
+        print(f"{implementation} {changes} {result} (bound status unsupported)")
         assert result["status"] == "unsupported" and "seconds" not in result
 
 
 def test_cli_end_to_end(tmp_path):
-    """One real `xlnet-tf benchmark` run (each case in its own worker process): the matmul peak and xlnet-tf
-    measured, the references not installed here reported as missing."""
+    """One real `xlnet-tf benchmark --quick` run (each case in its own worker process): the matmul peak,
+    xlnet-tf's pretraining step and the lengths tasks (fine-tuning and predict with length buckets and fixed
+    padding, the export's latency in process and served) measured; transformers measured when installed,
+    else reported as missing."""
     out = tmp_path / "out"
     command = [sys.executable, "-m", "xlnet_tf.cli", "benchmark", "--model-size", "tiny", "--batch-size", "2",
-               "--seq-len", "16", "--long-seq-len", "0", "--tasks", "inference,pretrain", "--precisions", "float32",
-               "--xla", "off", "--implementations", "xlnet-tf,keras-hub,transformers", "--warmup", "0",
-               "--iterations", "1", "--output-dir", str(out)]
+               "--seq-len", "16", "--tasks", "pretrain,lengths", "--precisions", "float32",
+               "--implementations", "xlnet-tf,xlnet-tf-savedmodel,transformers", "--lengths-batch-size", "4",
+               "--quick", "--output-dir", str(out)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     print(done.stdout)
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = json.loads((out / "results.json").read_text())["rows"]
-    print(f"rows {[(r['implementation'], r['task'], r['status']) for r in rows]} (bound 2 ok, 3 missing)")
-    assert len(rows) == 5
-    for row in rows:
-        if row["implementation"] == "xlnet-tf":
-            print(f"{row['label']}: tokens/s {row['tokens_per_s']:.1f} (bound > 0), loss_first "
-                  f"{row.get('loss_first')} (bound finite for pretrain), peak MB {row['peak_mb']:.0f}")
-            assert row["status"] == "ok" and row["tokens_per_s"] > 0 and len(row["seconds"]) == 1
-            if row["task"] == "pretrain":
-                assert math.isfinite(row["loss_first"])
-        else:
-            assert row["status"] == "missing" and "tokens_per_s" not in row, row
+    results = json.loads((out / "results.json").read_text())
+    rows = {(r["implementation"], r["task"], r.get("padding", "")): r for r in results["rows"]}
+    torch = "ok" if importlib.util.find_spec("torch") and importlib.util.find_spec("transformers") else "missing"
+    print(f"rows {[(*key, r['status']) for key, r in rows.items()]} (bound transformers {torch}, the others ok)")
+    assert len(rows) == len(results["rows"]) == 2 + len(LENGTH_CASES)
+    for (implementation, task, padding), row in rows.items():
+        assert row["status"] == (torch if implementation == "transformers" else "ok"), row
+        if row["status"] != "ok":
+            assert "tokens_per_s" not in row and "examples_per_s" not in row
+    pretrain = rows[("xlnet-tf", "pretrain", "")]
+    print(f"{pretrain['label']}: tokens/s {pretrain['tokens_per_s']:.1f} (bound > 0), timed steps "
+          f"{len(pretrain['seconds'])} (bound == 3), loss_first {pretrain['loss_first']} (bound finite)")
+    assert pretrain["tokens_per_s"] > 0 and len(pretrain["seconds"]) == 3 and math.isfinite(pretrain["loss_first"])
+    for task, timed in (("lengths-finetune", 3 * 4), ("lengths-predict", 16)):
+        buckets, fixed = rows[("xlnet-tf", task, "buckets")], rows[("xlnet-tf", task, "fixed")]
+        for row in (buckets, fixed):
+            print(f"{row['label']}: {row['examples_per_s']:.1f} examples/s (bound > 0) over {row['timed_examples']} "
+                  f"(bound {timed}), boundaries {row['boundaries']} (bound ending at 16), real / padded tokens per "
+                  f"step {row['real_tokens_per_step']:.1f} / {row['padded_tokens_per_step']:.1f} "
+                  f"(bound real <= padded)")
+            assert row["examples_per_s"] > 0 and row["timed_examples"] == timed and row["boundaries"][-1] == 16
+            assert 0 < row["real_tokens_per_step"] <= row["padded_tokens_per_step"]
+        assert fixed["boundaries"] == [16] and len(buckets["boundaries"]) > 1
+    tune = [rows[("xlnet-tf", "lengths-finetune", p)] for p in ("buckets", "fixed")]
+    waste = [r["sample_padded_tokens"] / r["sample_real_tokens"] for r in tune]
+    print(f"fine-tuning sample padded/real: buckets {waste[0]:.2f} < fixed {waste[1]:.2f}; programs traced while "
+          f"timed {[r['traced_while_timed'] for r in tune]} (bound 0)")
+    assert waste[0] < waste[1] and [r["traced_while_timed"] for r in tune] == [0, 0]
+    latency = rows[("xlnet-tf-savedmodel", "lengths-latency", "")]
+    pieces = {text: latency["texts"][text]["tokens"] for text in ("short", "long")}
+    print(f"latency texts {pieces} pieces (bound short < long <= 14); served error {latency['served_error']} "
+          f"(bound None)")
+    assert 0 < pieces["short"] < pieces["long"] <= 14 and latency["served_error"] is None
+    for where in ("in_process", "served"):
+        for text in ("short", "long"):
+            measured = latency[where][text]
+            print(f"{where} {text}: p50 {measured['p50_ms']:.2f} ms <= p99 {measured['p99_ms']:.2f} ms (bound > 0), "
+                  f"{measured['requests']} requests (bound 10)")
+            assert 0 < measured["p50_ms"] <= measured["p99_ms"] and measured["requests"] == 10
+    verdicts = {t["target"]: t["met"] for t in results["targets"]}
+    versus = verdicts["fine-tuning SST-2 lengths, buckets vs transformers dynamic padding"]
+    print(f"buckets vs transformers verdict {versus} (bound None exactly when transformers is missing)")
+    assert (versus is None) == (torch == "missing")
+    assert verdicts["predict SST-2 lengths, buckets vs fixed padding"] is not None
     assert any(line.startswith("implementation") and "tokens/s" in line for line in done.stdout.splitlines())
-    assert "NOT MEASURED" in done.stdout
-    assert (out / "report.md").exists() and (out / "throughput.png").read_bytes()[:4] == b"\x89PNG"
+    assert any(line.startswith("implementation") and "examples/s" in line for line in done.stdout.splitlines())
+    markdown = (out / "report.md").read_text()
+    assert "Real sentence lengths:" in markdown and "| where | text | pieces |" in markdown
+    assert (out / "throughput.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.parametrize("flags, named", [(["--tasks", "inference,nope"], "--tasks"),
-                                          (["--iterations", "0"], "--iterations")])
+                                          (["--iterations", "0"], "--iterations"),
+                                          (["--lengths-batch-size", "0"], "--lengths-batch-size")])
 def test_cli_flag_errors(capsys, tmp_path, flags, named):
     code = cli.main(["benchmark", "--output-dir", str(tmp_path / "never"), *flags])
     err = capsys.readouterr().err

@@ -51,22 +51,26 @@ def _benchmark(args):
     from xlnet_tf.benchmarks.suite import IMPLEMENTATIONS, BenchmarkOptions, run_benchmark
     from xlnet_tf.config import MODEL_SIZES
 
-    for flag in ("batch_size", "seq_len", "iterations", "long_iterations"):
+    for flag in ("batch_size", "seq_len", "iterations", "long_iterations", "lengths_batch_size", "lengths_steps"):
         if getattr(args, flag) < 1:
             raise UserError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     if args.warmup < 0 or args.long_seq_len < 0:
         raise UserError("--warmup and --long-seq-len must be >= 0")
-    options = BenchmarkOptions(
-        size={key: getattr(MODEL_SIZES[args.model_size], key) for key in BASE_SIZE},
-        batch_size=args.batch_size, seq_len=args.seq_len,
-        long_seq_len=0 if args.quick else args.long_seq_len,
-        tasks=_comma_list("--tasks", args.tasks, TASKS),
-        precisions=_comma_list("--precisions", args.precisions, PRECISIONS),
-        xla_modes={"both": (False, True), "on": (True,), "off": (False,)}["off" if args.quick else args.xla],
-        implementations=_comma_list("--implementations", args.implementations, IMPLEMENTATIONS),
-        warmup=1 if args.quick else args.warmup, iterations=3 if args.quick else args.iterations,
-        long_iterations=args.long_iterations, timeout=args.timeout,
-    )
+    quick = {  # --quick: a smoke run
+        "long_seq_len": 0, "xla_modes": (False,), "warmup": 1, "iterations": 3, "lengths_steps": 3,
+        "lengths_predict_rows": 4 * args.lengths_batch_size, "latency_requests": 10, "latency_warmup": 3,
+    } if args.quick else {}
+    options = BenchmarkOptions(**{
+        "size": {key: getattr(MODEL_SIZES[args.model_size], key) for key in BASE_SIZE},
+        "batch_size": args.batch_size, "seq_len": args.seq_len, "long_seq_len": args.long_seq_len,
+        "tasks": _comma_list("--tasks", args.tasks, TASKS),
+        "precisions": _comma_list("--precisions", args.precisions, PRECISIONS),
+        "xla_modes": {"both": (False, True), "on": (True,), "off": (False,)}[args.xla],
+        "implementations": _comma_list("--implementations", args.implementations, IMPLEMENTATIONS),
+        "warmup": args.warmup, "iterations": args.iterations, "long_iterations": args.long_iterations,
+        "lengths_batch_size": args.lengths_batch_size, "lengths_steps": args.lengths_steps, "timeout": args.timeout,
+        **quick,
+    })
     results = run_benchmark(options, args.output_dir)
     print(f"wrote {args.output_dir}/results.json, report.md and throughput.png")
     return 0 if all(row["status"] in ("ok", "missing", "unsupported") for row in results["rows"]) else 1
@@ -337,7 +341,8 @@ def build_parser():
     bench.add_argument("--seq-len", type=int, default=128)
     bench.add_argument("--long-seq-len", type=int, default=512,
                        help="also inference, and pretraining memory, at this length (0: off)")
-    bench.add_argument("--tasks", default="inference,finetune,pretrain")
+    bench.add_argument("--tasks", default="inference,finetune,pretrain,lengths",
+                       help="lengths: fine-tuning, predict and the export's latency on SST-2 sentence lengths")
     bench.add_argument("--precisions", default="float32,bfloat16", help="of xlnet-tf (references: float32)")
     bench.add_argument("--xla", default="both", choices=("both", "on", "off"))
     bench.add_argument("--implementations", default="xlnet-tf,xlnet-tf-savedmodel,keras-hub,model-garden,transformers",
@@ -345,9 +350,13 @@ def build_parser():
     bench.add_argument("--warmup", type=int, default=2, help="untimed steps before the timed ones")
     bench.add_argument("--iterations", type=int, default=5, help="timed steps (the median is reported)")
     bench.add_argument("--long-iterations", type=int, default=3, help="timed steps at --long-seq-len")
+    bench.add_argument("--lengths-batch-size", type=int, default=32, help="batch of the lengths tasks")
+    bench.add_argument("--lengths-steps", type=int, default=20,
+                       help="timed fine-tuning steps of the lengths task (after warm-up steps of every bucket)")
     bench.add_argument("--timeout", type=float, default=1800.0, help="seconds per case")
     bench.add_argument("--quick", action="store_true",
-                       help="3 timed steps after 1, no XLA, no long sequences: a smoke run")
+                       help="3 timed steps after 1, no XLA, no long sequences, a few lengths steps and requests: "
+                            "a smoke run")
     bench.set_defaults(run=_benchmark)
 
     convert = commands.add_parser(

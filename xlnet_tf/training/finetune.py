@@ -265,7 +265,10 @@ def run_model(model, task, features, batch_size=32, boundaries=None):
     lengths = features["length"]
     if boundaries is None:
         boundaries = buckets.auto_boundaries(lengths, max_seq_len, min_rows=batch_size)
-    predict = tf.function(lambda batch: model(batch, training=False), reduce_retracing=True)
+    predict = getattr(model, "_inference_function", None)
+    if predict is None:  # one traced function per model, kept for later calls (shapes relax after the second)
+        predict = tf.function(lambda batch: model(batch, training=False), reduce_retracing=True)
+        model._inference_function = predict
     outputs = {}
     for bucket, rows in buckets.inference_batches(buckets.assign(lengths, boundaries), batch_size):
         batch = crop({k: features[k][rows] for k in INPUTS[task]}, boundaries[bucket], LEFT_PADDED[task])

@@ -1,0 +1,231 @@
+"""xlnet-tf on real sentence lengths (the LENGTH_TASKS): fine-tuning and predict with length buckets or with
+fixed padding, and the exported classifier's latency for a short and a long text, in process and served.
+
+Rows are SST-2 train lengths (`common.length_examples`, random token ids) built by the library's one feature
+builder (`graph_features.classification_inputs`: left-padded, `<cls>` last); buckets are the library's
+(`data.buckets.auto_boundaries` over the sampled lengths, at least one batch per bucket), fixed padding is
+the same code with the boundaries `(max_seq_len,)`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+
+from xlnet_tf.benchmarks.common import Case, Unsupported, length_examples, time_iterations
+
+TRAINING_DROPOUT = 0.1
+EXPORT_VOCAB = 2000  # the SentencePiece model of the exported classifier (CPython's documentation)
+SHORT_TEXT = "This function returns a new list."  # 6 words; 7 pieces with the export's vocabulary
+LONG_TOKENS = 120  # the long text's pieces (at most max_seq_len - 2)
+IMPLEMENTATION = {"lengths-finetune": "xlnet-tf", "lengths-predict": "xlnet-tf",
+                  "lengths-latency": "xlnet-tf-savedmodel"}
+
+
+def run(case: Case) -> dict:
+    """Times `case` (task in LENGTH_TASKS) -> its result dict (see each task's function)."""
+    import keras
+
+    if case.implementation != IMPLEMENTATION[case.task]:
+        raise Unsupported(f"{case.task} is measured for {IMPLEMENTATION[case.task]}, not {case.implementation}")
+    if case.precision != "float32" or case.xla:
+        raise Unsupported("the lengths tasks are measured in float32 without XLA")
+    keras.utils.set_random_seed(0)
+    return {"lengths-finetune": _finetune, "lengths-predict": _predict, "lengths-latency": _latency}[case.task](case)
+
+
+def _config(case):
+    from xlnet_tf.config import XLNetConfig
+
+    return XLNetConfig(**case.dims)
+
+
+def _features(case):
+    """The case's examples as classification rows padded to seq_len: numpy int32 input_ids, segment_ids,
+    padding_mask [N, L], length [N] (real tokens) and label_ids [N]."""
+    import tensorflow as tf
+
+    from xlnet_tf.data import graph_features
+
+    sentences, labels = length_examples(case)
+    ids = tf.RaggedTensor.from_row_lengths(np.concatenate(sentences), [len(s) for s in sentences])
+    rows = graph_features.classification_inputs(ids, None, case.seq_len)
+    keys = ("input_ids", "segment_ids", "padding_mask", "length")
+    return {**{k: np.asarray(rows[k]) for k in keys}, "label_ids": labels}
+
+
+def _boundaries(case, lengths):
+    """The case's buckets: `auto_boundaries` of the sampled lengths (padding "buckets") or (seq_len,) ("fixed")."""
+    from xlnet_tf.data import buckets
+
+    if case.padding == "fixed":
+        return (case.seq_len,)
+    if case.padding != "buckets":
+        raise Unsupported(f"xlnet-tf pads by length buckets or to max_seq_len, not {case.padding!r}")
+    return buckets.auto_boundaries(lengths, case.seq_len, min_rows=case.batch_size)
+
+
+def dispatch(inputs, steps, steps_per_loop):
+    """The `(bucket, count)` of each `run_steps` call `Trainer.train` makes over steps [0, steps) of `inputs`
+    (a `TaskInput`): up to `steps_per_loop` consecutive steps of one bucket per call."""
+    calls, step = [], 0
+    while step < steps:
+        count = inputs.same_bucket_steps(step, min(steps_per_loop, steps - step))
+        calls.append((inputs.bucket(step), count))
+        step += count
+    return calls
+
+
+def _finetune(case):
+    """`case.iterations` fine-tuning steps of the real `Trainer` (AdamW, clipping at 1.0, dropout 0.1, no XLA)
+    over `TaskInput`'s bucketed datasets, each `run_steps` call timed as `Trainer.train` dispatches it, after
+    `case.warmup` untimed steps of every bucket the timed steps read (one traced program per bucket).
+    -> seconds [calls], timed_examples, boundaries, real / padded tokens per step (timed steps and sample)."""
+    from xlnet_tf.config import RunOptions
+    from xlnet_tf.data import buckets
+    from xlnet_tf.heads import XLNetForSequenceClassification, classification_loss
+    from xlnet_tf.training import strategies
+    from xlnet_tf.training.finetune import INPUTS, LABELS, TaskInput
+    from xlnet_tf.training.loop import Trainer, TrainingOptions
+
+    features = _features(case)
+    boundaries = _boundaries(case, features["length"])
+    steps, batch = case.iterations, case.batch_size
+    plan = buckets.training_plan(buckets.assign(features["length"], boundaries), len(boundaries), batch, steps,
+                                 widths=boundaries)
+    inputs = TaskInput(features, INPUTS["classification"] + LABELS["classification"], "classification", plan, batch)
+    options = TrainingOptions(train_steps=10**6, batch_size=batch, learning_rate=2e-5, save_every=10**6)
+    run_options = RunOptions(dropout=TRAINING_DROPOUT, dropatt=TRAINING_DROPOUT)
+    calls = dispatch(inputs, steps, options.steps_per_loop)
+    with tempfile.TemporaryDirectory(prefix="xlnet-tf-bench-") as model_dir:
+        trainer = Trainer(strategies.make_strategy(), lambda: XLNetForSequenceClassification(
+            _config(case), run_options, num_labels=2), classification_loss, None, options, model_dir, inputs=inputs)
+        mems = trainer.initial_mems()
+        used = sorted({bucket for bucket, _ in calls})
+        for bucket in used:
+            warmup = min(case.warmup, int((plan.step_bucket == bucket).sum()))
+            if warmup:
+                trainer.run_steps(trainer.data_iterator(0, bucket), mems, warmup)[0].numpy()
+        iterators = {bucket: trainer.data_iterator(0, bucket) for bucket in used}
+        traced = trainer.traced_programs()
+        pending, losses = iter(calls), []
+
+        def call():
+            bucket, count = next(pending)
+            losses.append(float(trainer.run_steps(iterators[bucket], mems, count)[0]))
+
+        seconds = time_iterations(call, 0, len(calls))
+        retraced = trainer.traced_programs() - traced
+    real, padded = inputs.token_counts(0, steps)
+    sample_real, sample_padded = buckets.padding_cost(features["length"], boundaries)
+    return {
+        "seconds": seconds, "timed_examples": steps * batch, "steps": steps, "calls": len(calls),
+        "boundaries": list(boundaries), "real_tokens_per_step": real / steps, "padded_tokens_per_step": padded / steps,
+        "sample_real_tokens": sample_real, "sample_padded_tokens": sample_padded, "traced_while_timed": retraced,
+        "loss_first": losses[0], "loss_last": losses[-1],
+        "note": f"Trainer.run_steps over TaskInput ({case.padding}), steps_per_loop {options.steps_per_loop}, "
+                f"{case.warmup} warm-up step(s) per bucket",
+    }
+
+
+def _predict(case):
+    """`finetune.run_model` (what `xlnet-tf predict` and `evaluate` run) over the case's `sample_size` rows,
+    batch_size rows per batch by bucket: one untimed pass over them (it traces the model's predict function,
+    which later calls reuse), then `case.iterations` timed passes.
+    -> seconds [passes], timed_examples, boundaries, batches, real / padded tokens per batch."""
+    from xlnet_tf.config import RunOptions
+    from xlnet_tf.data import buckets
+    from xlnet_tf.heads import XLNetForSequenceClassification
+    from xlnet_tf.training.finetune import run_model
+
+    features = _features(case)
+    boundaries = _boundaries(case, features["length"])
+    model = XLNetForSequenceClassification(_config(case), RunOptions(dropout=0.0, dropatt=0.0), num_labels=2)
+    run_model(model, "classification", features, case.batch_size, boundaries)
+    seconds = time_iterations(lambda: run_model(model, "classification", features, case.batch_size, boundaries),
+                              0, case.iterations)
+    batches = buckets.inference_batches(buckets.assign(features["length"], boundaries), case.batch_size)
+    real, padded = buckets.padding_cost(features["length"], boundaries)
+    return {
+        "seconds": seconds, "timed_examples": case.sample_size * case.iterations, "boundaries": list(boundaries),
+        "batches": len(batches), "real_tokens_per_step": real / len(batches),
+        "padded_tokens_per_step": padded / len(batches),
+        "note": f"finetune.run_model ({case.padding}) after one untimed pass (tracing)",
+    }
+
+
+def _latency(case):
+    """The exported random classifier's `serving_default` on one text per request: `SHORT_TEXT` and a text of
+    min(LONG_TOKENS, seq_len - 2) pieces, `case.warmup` untimed then `case.iterations` timed requests each, in
+    process (tf.saved_model.load) and through `xlnet-tf serve` over gRPC (its own process).
+    -> texts {short, long: {text, tokens}}, in_process and served {short, long: {p50_ms, p99_ms, requests}}
+    (served None, with served_error, when the server could not answer)."""
+    import tensorflow as tf
+
+    from xlnet_tf.benchmarks.run_xlnet_tf import export_random_classifier
+
+    with tempfile.TemporaryDirectory(prefix="xlnet-tf-bench-export-") as work:
+        version = export_random_classifier(work, _config(case), case.seq_len, EXPORT_VOCAB,
+                                           os.path.join(work, "export", "classifier"))
+        loaded = tf.saved_model.load(version)
+        texts = _texts(loaded.signatures["tokenize"], min(LONG_TOKENS, case.seq_len - 2))
+        function = loaded.signatures["serving_default"]
+        in_process = {name: _latencies(lambda i, t=text["text"]: function(text=tf.constant([t]))["label"].numpy(),
+                                       case) for name, text in texts.items()}
+        served, error = None, None
+        try:
+            served = _served(os.path.dirname(version), texts, case)
+        except Exception as failure:  # the in-process figures stand; the served ones are reported as missing
+            error = f"{type(failure).__name__}: {failure}"[:500]
+    return {"texts": texts, "in_process": in_process, "served": served, "served_error": error,
+            "note": "serving_default, one text per request, one client; served: xlnet-tf serve, gRPC on loopback"}
+
+
+def _texts(tokenize, long_tokens):
+    """{"short": SHORT_TEXT, "long": the longest run of words of CPython's documentation with at most
+    `long_tokens` pieces}, each {"text", "tokens"} (pieces counted by the export's `tokenize` signature)."""
+    import tensorflow as tf
+
+    from xlnet_tf.benchmarks.run_xlnet_tf import doc_lines
+
+    words = " ".join(doc_lines()[:200]).split()[:4 * long_tokens]
+    prefixes = [" ".join(words[:n]) for n in range(1, len(words) + 1)]
+    counts = tokenize(text=tf.constant(prefixes))["num_tokens"].numpy()
+    fitting = np.nonzero(counts <= long_tokens)[0]
+    long = prefixes[fitting[-1]]
+    short_tokens = int(tokenize(text=tf.constant([SHORT_TEXT]))["num_tokens"].numpy()[0])
+    return {"short": {"text": SHORT_TEXT, "tokens": short_tokens},
+            "long": {"text": long, "tokens": int(counts[fitting[-1]])}}
+
+
+def _latencies(call, case):
+    """p50 / p99 (ms) of `case.iterations` sequential `call(i)` after `case.warmup` untimed ones."""
+    from xlnet_tf.benchmarks.serving import measure
+
+    for i in range(case.warmup):
+        call(i)
+    _, p50, p99, errors = measure(call, 1, case.iterations)
+    if errors:
+        raise RuntimeError(f"{len(errors)} of {case.iterations} requests failed: {errors[0][:300]}")
+    return {"p50_ms": p50, "p99_ms": p99, "requests": case.iterations}
+
+
+def _served(base, texts, case):
+    """`_latencies` of each text through `xlnet-tf serve` of the model at BASE (BASE/VERSION holds the export)."""
+    from xlnet_tf.benchmarks.serving import start_server
+    from xlnet_tf.serving import Client
+
+    name = os.path.basename(base)
+    process, target, _ = start_server(base, name)
+    try:
+        with Client(target, name, timeout=60) as client:
+            (status,) = client.status()[-1:]
+            if status["state"] != "AVAILABLE":
+                raise RuntimeError(f"the server could not load the export: {status['error_message'][:300]}")
+            return {key: _latencies(lambda i, t=text["text"]: client.predict({"text": [t]}), case)
+                    for key, text in texts.items()}
+    finally:
+        process.terminate()
+        process.wait(60)
