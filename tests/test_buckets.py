@@ -1,9 +1,9 @@
-"""Length buckets (xlnet_tf.data.buckets) and their use in fine-tuning, evaluation and prediction.
+"""Length buckets and strata (xlnet_tf.data.buckets) and their use in fine-tuning, evaluation and prediction.
 
 Per-example outputs of every head (and of the encoder) with rows padded to their bucket equal those with
-rows padded to max_seq_len; the training plan is a deterministic, resumable shuffle in which every batch
-is one bucket; XLA compiles one program per bucket; a resumed bucketed run ends bit-identical. Every checked
-figure is printed with its bound.
+rows padded to max_seq_len; training batches mirror the data's length distribution (one part per length
+stratum), read every row once per epoch and are a pure function of the seed; XLA compiles one program for
+every step; a resumed run ends bit-identical. Every checked figure is printed with its bound.
 """
 
 import numpy as np
@@ -74,44 +74,53 @@ def test_boundaries_parse_auto_and_assign():
     assert buckets.assign([1, 16, 17, 40, 41, 128], (16, 40, 128)).tolist() == [0, 0, 1, 1, 2, 2]
 
 
-def test_training_plan_is_a_resumable_shuffle_of_whole_buckets():
+def test_strata_hold_whole_batch_shares_and_fit_their_widths():
+    rng = np.random.default_rng(1)
+    lengths = mixed_lengths(rng, 3000)
+    for batch, spec in ((32, "auto"), (8, "auto"), (32, "16,32"), (32, "none")):
+        strata = buckets.stratify(lengths, batch, 80, spec)
+        sizes = [len(r) for r in strata.rows]
+        fit = all(lengths[r].max() <= w for r, w in zip(strata.rows, strata.widths))
+        rows = np.sort(np.concatenate(strata.rows))
+        per_batch = sum(c * w for c, w in zip(strata.counts, strata.widths)) / batch
+        print(f"batch {batch}, {spec}: widths {strata.widths}, rows per batch {strata.counts}, stratum sizes {sizes} "
+              f"(each count / batch x 3000 within 1 row per share); padded/real {per_batch / lengths.mean():.2f} "
+              f"(fixed: {80 / lengths.mean():.2f}; bound with auto < 2.2)")
+        assert fit and sum(strata.counts) == batch and np.array_equal(rows, np.arange(3000))
+        assert all(abs(n - c * 3000 / batch) <= c for n, c in zip(sizes, strata.counts))
+        assert list(strata.widths) == sorted(strata.widths) and len(strata.widths) <= 4
+        if spec == "auto":
+            assert all(w % 8 == 0 or w == 80 for w in strata.widths) and per_batch / lengths.mean() < 2.2
+    assert buckets.stratify(lengths, 32, 80, "none").widths == (80,)
+    assert set(buckets.stratify(lengths, 32, 80, "16,32").widths) <= {16, 32, 80}
+    few = buckets.stratify([5, 6, 70], 8, 128)
+    print(f"3 rows for batches of 8: widths {few.widths}, counts {few.counts}, rows {[r.tolist() for r in few.rows]}")
+    assert sum(few.counts) == 8 and all(len(r) for r in few.rows)
+
+
+def test_training_plan_mirrors_the_data_and_reads_each_row_once_per_epoch():
     rng = np.random.default_rng(1)
     lengths = mixed_lengths(rng, 300)
-    bounds = (8, 16, 32, 80)
-    rows_bucket = buckets.assign(lengths, bounds)
-    plan = buckets.training_plan(rows_bucket, len(bounds), batch_size=8, steps=200, accum=2, seed=5, widths=bounds)
-    assert plan.batches.shape == (400, 8) and plan.step_bucket.shape == (200,)
-    micro_bucket = np.repeat(plan.step_bucket, 2)
-    mixed = sum(len(set(rows_bucket[b])) != 1 or rows_bucket[b][0] != k for b, k in zip(plan.batches, micro_bucket))
-    print(f"micro-batches holding rows of another bucket than their step's: {mixed} (bound 0)")
-    assert mixed == 0
-    switches = int((np.diff(plan.step_bucket) != 0).sum())
-    print(f"bucket changes between consecutive steps: {switches} of 199 (buckets interleave: bound >= 60)")
-    assert switches >= 60
-    # The stream reads every row once per epoch: over the first 300 rows taken, no row twice per bucket.
-    seen = plan.batches.reshape(-1)
-    counts = np.bincount(seen, minlength=300)
-    print(f"times each row was read in {len(seen)} reads of 300 rows: min {counts.min()}, max {counts.max()} "
-          f"(a shuffle, not sampling with replacement: max - min <= 2)")
+    strata = buckets.stratify(lengths, 8, 80)
+    plan = buckets.training_plan(strata, steps=100, accum=2, replicas=2, seed=5)
+    for k, (rows, count, batches) in enumerate(zip(strata.rows, strata.counts, plan.batches)):
+        assert batches.shape == (200, 2 * count) and np.isin(batches, rows).all()
+        epoch = len(rows) // (2 * count)  # micro-batches that read the stratum once
+        first = batches[:epoch].reshape(-1)
+        print(f"stratum {k} (width {strata.widths[k]}, {len(rows)} rows, {2 * count} per micro-batch): "
+              f"distinct rows in its first epoch {len(set(first.tolist()))} of {len(first)} (bound: all)")
+        assert len(set(first.tolist())) == len(first)
+    counts = np.bincount(np.concatenate([b.reshape(-1) for b in plan.batches]), minlength=300)
+    print(f"reads per row over 100 steps: min {counts.min()}, max {counts.max()} (a shuffle: max - min <= 2)")
     assert counts.max() - counts.min() <= 2
-    again = buckets.training_plan(rows_bucket, len(bounds), batch_size=8, steps=200, accum=2, seed=5, widths=bounds)
-    assert np.array_equal(again.batches, plan.batches) and np.array_equal(again.step_bucket, plan.step_bucket)
-    other = buckets.training_plan(rows_bucket, len(bounds), batch_size=8, steps=200, accum=2, seed=6, widths=bounds)
-    assert not np.array_equal(other.batches, plan.batches)
-    # Resuming at step 77: each bucket's batches from there on are the tail of its full sequence.
-    for k in range(len(bounds)):
-        full, tail = plan.bucket_batches(k), plan.bucket_batches(k, 77)
-        assert np.array_equal(full[len(full) - len(tail):], tail)
-    # A TPU-style plan: runs of 5 steps read one bucket.
-    runs = buckets.training_plan(rows_bucket, len(bounds), batch_size=8, steps=50, run_length=5, seed=0)
-    blocks = runs.step_bucket.reshape(10, 5)
-    assert (blocks == blocks[:, :1]).all()
-    change = int(np.argmax(runs.step_bucket != runs.step_bucket[0]))
-    assert change % 5 == 0 and runs.run_length(0, 50) == change and runs.run_length(change - 2, 10) == 2
-    print(f"run_length 5: buckets by step {runs.step_bucket.tolist()} (runs of 5 checked)")
-    # Fewer rows than one batch still trains (batches span epochs).
-    tiny = buckets.training_plan(np.zeros(3, np.int64), 1, batch_size=8, steps=4)
-    assert tiny.batches.shape == (4, 8) and set(tiny.batches.reshape(-1)) == {0, 1, 2}
+    again = buckets.training_plan(strata, steps=100, accum=2, replicas=2, seed=5)
+    other = buckets.training_plan(strata, steps=100, accum=2, replicas=2, seed=6)
+    assert all(np.array_equal(a, b) for a, b in zip(again.batches, plan.batches))
+    assert not all(np.array_equal(a, b) for a, b in zip(other.batches, plan.batches))
+    longer = buckets.training_plan(strata, steps=150, accum=2, replicas=2, seed=5)
+    assert all(np.array_equal(a[:200], b) for a, b in zip(longer.batches, plan.batches))  # a prefix: resumable
+    tiny = buckets.training_plan(buckets.stratify([3, 4, 5], 8, 16), steps=4)
+    assert sum(b.shape[1] for b in tiny.batches) == 8 and set(np.concatenate(tiny.batches).reshape(-1)) == {0, 1, 2}
 
 
 def test_inference_batches_cover_every_row_once():
@@ -198,28 +207,73 @@ def test_every_head_gives_the_same_outputs_with_buckets(rng):
     _compare_heads("race", chooser, race, boundaries, ["logits"])
 
 
+def test_a_batch_split_into_length_parts_has_the_whole_batch_loss_and_gradients(rng):
+    """What a stratified training step computes: the loss summed over parts cropped to their widths, and its
+    gradients, equal one call on the whole batch padded to max_seq_len (dropout off)."""
+    import keras
+
+    from xlnet_tf.heads import classification_loss, squad_loss
+
+    keras.utils.set_random_seed(5)
+    n = 10
+    lengths = np.sort(mixed_lengths(rng, n))
+    cls = numpy_dict(gf.classification_inputs(ragged_ids(rng, lengths), None, L))
+    cls["label_ids"] = rng.integers(0, 3, n).astype(np.int32)
+    c_ids = ragged_ids(rng, lengths + 4)
+    starts = tf.ragged.range(c_ids.row_lengths())
+    squad = numpy_dict(gf.squad_windows(ragged_ids(rng, np.full(n, 5)), c_ids, starts, starts + 1, L,
+                                        doc_stride=16, max_query_len=8))
+    labels = rng.integers(0, 3, len(squad["length"]))
+    squad.update(start_positions=labels, end_positions=labels + 1, is_impossible=(labels == 0).astype(np.int32))
+    for task, features, loss_fn in (("classification", cls, classification_loss), ("squad", squad, squad_loss)):
+        model = build_head_model(task, tiny_config(), RUN, **({"num_labels": 3} if task == "classification" else {}))
+        keys = INPUTS[task] + LABELS[task]
+        order = np.argsort(features["length"])
+        halves = np.array_split(order, 2)
+
+        def loss_and_grads(parts):
+            with tf.GradientTape() as tape:
+                total = tf.add_n([loss_fn(model(p, training=True), p)[0] for p in parts])
+            grads = tape.gradient(total, model.trainable_variables)
+            return float(total), [tf.convert_to_tensor(g) for g in grads if g is not None]
+
+        whole, whole_grads = loss_and_grads([{k: features[k] for k in keys}])
+        parts = [crop({k: features[k][rows] for k in keys}, int(-(-features["length"][rows].max() // 8) * 8),
+                      LEFT_PADDED[task]) for rows in halves]
+        split, split_grads = loss_and_grads(parts)
+        widths = [p["input_ids"].shape[1] for p in parts]
+        print(f"{task}: parts of widths {widths} (whole batch {L})")
+        check(f"{task} summed loss over parts vs the whole batch", split, whole)
+        check(f"{task} gradients over parts vs the whole batch",
+              max(float(tf.reduce_max(tf.abs(a - b))) for a, b in zip(split_grads, whole_grads)), 0.0)
+        assert min(widths) < L
+
+
 def test_task_input_batches_are_cropped_rows(rng):
-    """The tf.data of one bucket yields exactly the plan's rows, cropped on the padding side, static shapes."""
+    """The tf.data of a fine-tuning run yields the plan's rows, one part per stratum, each cropped on the
+    padding side to its stratum's width (static shapes), split over the replicas."""
     lengths = mixed_lengths(rng, 40)
     feats = numpy_dict(gf.classification_inputs(ragged_ids(rng, lengths), None, L))
     feats["label_ids"] = np.arange(40, dtype=np.int32)
-    bounds = (16, 32, L)
-    plan = buckets.training_plan(buckets.assign(feats["length"], bounds), 3, batch_size=4, steps=30, widths=bounds)
-    inputs = TaskInput(feats, INPUTS["classification"] + LABELS["classification"], "classification", plan, 4)
+    strata = buckets.stratify(feats["length"], 4, L)
+    plan = buckets.training_plan(strata, steps=30, replicas=2)
+    inputs = TaskInput(feats, INPUTS["classification"] + LABELS["classification"], "classification", plan)
     context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=2)
-    for k in range(3):
-        got = list(inputs.dataset(context, k, 11))
-        want = plan.bucket_batches(k, 11).reshape(-1, 2)  # two replicas: two per-replica halves per batch
-        assert len(got) == len(want)
-        for batch, rows in zip(got, want):
-            assert batch["input_ids"].shape == (2, bounds[k])
-            assert batch["label_ids"].numpy().tolist() == rows.tolist()
-            assert np.array_equal(batch["input_ids"].numpy(), feats["input_ids"][rows][:, -bounds[k]:])
-            assert (feats["padding_mask"][rows][:, :-bounds[k]] == 0).all()  # only padding was cut
+    got = list(inputs.dataset(context, 11))
+    assert len(got) == 2 * 19  # two per-replica batches per step
+    for n, batch in enumerate(got):
+        step, replica = 11 + n // 2, n % 2
+        assert isinstance(batch, tuple) and len(batch) == len(strata.widths)
+        for part, batches, count, width in zip(batch, plan.batches, strata.counts, strata.widths):
+            rows = batches[step, replica * count:(replica + 1) * count]
+            assert part["input_ids"].shape == (count, width)
+            assert part["label_ids"].numpy().tolist() == rows.tolist()
+            assert np.array_equal(part["input_ids"].numpy(), feats["input_ids"][rows][:, -width:])
+            assert (feats["padding_mask"][rows][:, :-width] == 0).all()  # only padding was cut
     real, padded = inputs.token_counts(0, 30)
-    print(f"30 steps of 4 rows: {real} real tokens in {padded} padded positions "
-          f"({30 * 4 * L} at max_seq_len); bound padded < 0.8 x fixed")
-    assert real == int(sum(feats["length"][plan.batches.reshape(-1)])) and padded < 0.8 * 30 * 4 * L
+    print(f"strata widths {strata.widths}, rows per replica batch {strata.counts}: 30 steps of 8 rows hold {real} "
+          f"real tokens in {padded} padded positions ({30 * 8 * L} at max_seq_len); bound padded < 0.8 x fixed")
+    assert real == int(sum(feats["padding_mask"][b].sum() for b in plan.batches)) and padded < 0.8 * 30 * 8 * L
     assert LEFT_PADDED["squad"] is False and LEFT_PADDED["race"] is True
 
 
@@ -227,7 +281,7 @@ def test_task_input_batches_are_cropped_rows(rng):
 # The training loop over buckets: one XLA program per bucket, exact resume
 
 
-def _bucketed_trainer(rng, model_dir, steps, jit=False):
+def _bucketed_trainer(model_dir, steps, jit=False):
     import keras
 
     from xlnet_tf.heads import classification_loss
@@ -237,51 +291,51 @@ def _bucketed_trainer(rng, model_dir, steps, jit=False):
     lengths = mixed_lengths(local, 64)
     feats = numpy_dict(gf.classification_inputs(ragged_ids(local, lengths), None, L))
     feats["label_ids"] = (feats["length"] % 2).astype(np.int32)
-    bounds = (16, 32, L)
     options = TrainingOptions(train_steps=steps, batch_size=8, steps_per_loop=4, save_every=4, learning_rate=1e-3,
                               jit_compile=jit, seed=3)
-    plan = buckets.training_plan(buckets.assign(feats["length"], bounds), 3, 8, steps, seed=3, widths=bounds)
-    inputs = TaskInput(feats, INPUTS["classification"] + LABELS["classification"], "classification", plan, 8)
+    strata = buckets.stratify(feats["length"], 8, L)
+    plan = buckets.training_plan(strata, steps, seed=3)
+    inputs = TaskInput(feats, INPUTS["classification"] + LABELS["classification"], "classification", plan)
     keras.utils.set_random_seed(11)
     build = lambda: build_head_model("classification", tiny_config(), RunOptions(dropout=0.1, dropatt=0.1),  # noqa
                                      num_labels=2)
     trainer = Trainer(tf.distribute.OneDeviceStrategy("/cpu:0"), build, classification_loss, None, options,
                       model_dir, inputs=inputs)
-    return trainer, plan
+    return trainer, strata
 
 
-def test_xla_compiles_one_program_per_bucket(rng, tmp_path):
-    trainer, plan = _bucketed_trainer(rng, tmp_path / "xla", 12, jit=True)
+def test_xla_compiles_one_program_for_every_step(tmp_path):
+    trainer, strata = _bucketed_trainer(tmp_path / "xla", 12, jit=True)
     records = trainer.train()
-    used = len(set(plan.step_bucket.tolist()))
     programs = trainer.traced_programs()
-    print(f"--jit-compile over 12 steps reading {used} buckets: {programs} XLA programs (bound <= {used})")
-    assert used == 3 and programs <= used
+    print(f"--jit-compile over 12 steps, batches of {len(strata.widths)} parts of widths {strata.widths}: "
+          f"{programs} XLA program(s) (bound 1)")
+    assert len(strata.widths) >= 2 and programs == 1
     ratio = records[-1]["padded_tokens_per_sec"] / records[-1]["tokens_per_sec"]
     print(f"log: {records[-1]['tokens_per_sec']:.0f} real tok/s, {records[-1]['padded_tokens_per_sec']:.0f} padded "
           f"(ratio {ratio:.2f}, bound >= 1)")
     assert ratio >= 1
 
 
-def test_bucketed_training_resumes_bit_identical(rng, tmp_path):
+def test_bucketed_training_resumes_bit_identical(tmp_path):
     import signal
 
-    straight, _ = _bucketed_trainer(rng, tmp_path / "straight", 8)
+    straight, _ = _bucketed_trainer(tmp_path / "straight", 8)
     straight.train()
-    first, _ = _bucketed_trainer(rng, tmp_path / "resumed", 8)
+    first, _ = _bucketed_trainer(tmp_path / "resumed", 8)
     counts = first.inputs.token_counts
 
-    def stop_after_step_3(first_step, end_step):  # as SIGTERM would: the loop saves and stops
-        if end_step >= 3:
+    def stop_after_step_4(first_step, end_step):  # as SIGTERM would: the loop saves and stops
+        if end_step >= 4:
             first._stop_signal = signal.SIGTERM
         return counts(first_step, end_step)
 
-    first.inputs.token_counts = stop_after_step_3
+    first.inputs.token_counts = stop_after_step_4
     first.train()
     stopped = int(first.step.numpy())
-    second, _ = _bucketed_trainer(rng, tmp_path / "resumed", 8)
+    second, _ = _bucketed_trainer(tmp_path / "resumed", 8)
     second.train()
     diffs = [float(np.max(np.abs(a.numpy() - b.numpy()))) for a, b in zip(straight.model.weights, second.model.weights)]
-    print(f"weights after 8 steps vs stopped at step {stopped} and resumed (dropout on, 3 buckets): "
+    print(f"weights after 8 steps vs stopped at step {stopped} and resumed (dropout on, length strata): "
           f"max |diff| {max(diffs):.1e} (bound 0)")
-    assert 3 <= stopped < 8 and max(diffs) == 0.0
+    assert stopped == 4 and max(diffs) == 0.0

@@ -285,8 +285,10 @@ def build_parser():
     finetune.add_argument("--doc-stride", type=int, default=128, help="SQuAD window stride")
     finetune.add_argument("--max-query-len", type=int, default=64, help="SQuAD question tokens kept")
     finetune.add_argument("--bucket-boundaries", default="auto", metavar="auto|none|L1,L2,...",
-                          help="length buckets: each batch is padded to its bucket's length (auto: up to 4 "
-                               "boundaries chosen from the training file; none: every batch to --max-seq-len)")
+                          help="padding by length: every batch holds rows of each length stratum, each part "
+                               "padded to its stratum's width (auto: up to 4 strata chosen from the training "
+                               "file; none: every row padded to --max-seq-len; L1,L2,...: these widths); "
+                               "evaluate and predict batch by the same widths")
     finetune.set_defaults(run=_finetune, learning_rate=2e-5, batch_size=32, save_every=500)
 
     evaluate = commands.add_parser("evaluate", help="metrics of a fine-tuned model on a labelled file")

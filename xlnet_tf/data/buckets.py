@@ -1,23 +1,25 @@
 """Length buckets: fine-tuning, evaluation and prediction pay for the real length of their rows.
 
 XLNet's outputs at real positions do not depend on how much padding a row carries (padded keys are masked
-and positions are relative), so a batch may be padded to the longest row of its length bucket instead of
-``max_seq_len`` without changing a result. Buckets are given by ascending boundaries ending at
-``max_seq_len``; a row goes to the first bucket whose boundary holds it and is padded (or cropped, since
-rows are built at ``max_seq_len``) to that width. Every bucket has one static shape, so XLA and TPUs compile
-one program per bucket.
+and positions are relative), so rows may be padded to a width near their own length instead of
+``max_seq_len`` without changing a result.
 
-Training order (``training_plan``): a stream of seeded permutations of the rows, one per epoch; each
-bucket collects the rows that reach it in stream order and emits a run of steps whenever it holds enough
-rows for them. Runs are in the order they filled, so buckets interleave at random, no row is dropped or
-repeated within the stream, and step ``s``'s batch is a pure function of the seed and ``s`` (a resumed run
-reads the same data).
+Training (``stratify``, ``training_plan``): the rows, ordered by length, are cut into at most four length
+strata, each stratum holding a whole number of per-replica-batch shares of the rows (k / batch of them).
+Every batch then takes the same number of rows from each stratum (``counts``), and each part is padded to
+its stratum's width: a batch mirrors the data's length distribution (a stratified sample, never a batch
+of only short or only long rows), every row is read once per epoch, and every step has the same static
+shapes (one traced program; one XLA / TPU compilation). Batches made of one bucket's rows (tried first)
+pad as little, but each is all short or all long rows, a per-step bias wherever length goes with the label,
+and they need one program per bucket.
+
+Evaluation and prediction (``inference_batches``): rows sorted into buckets by length and batched within
+a bucket (any grouping gives the same outputs), each batch padded to its bucket's boundary.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import numpy as np
 
@@ -51,53 +53,47 @@ def parse_boundaries(spec, max_seq_len):
 
 
 def auto_boundaries(lengths, max_seq_len, min_rows=1, max_buckets=MAX_AUTO_BUCKETS, multiple=PAD_MULTIPLE):
-    """Boundaries for ``lengths``: at most ``max_buckets`` buckets that hold rows (widths multiples of
+    """Inference buckets for ``lengths``: at most ``max_buckets`` buckets that hold rows (widths multiples of
     ``multiple``, or ``max_seq_len``), chosen to minimise the padded tokens, each holding at least ``min_rows``
-    rows where the data allows; fewer are taken when they pad at most 2% more tokens than the best. The last
-    boundary is always ``max_seq_len`` (a bucket left empty by these rows, for longer rows met later)."""
+    rows where the data allows; fewer when they pad at most 2% more. The last boundary is always
+    ``max_seq_len`` (a bucket these rows may leave empty, for longer rows met later)."""
     lengths = np.clip(np.asarray(lengths, np.int64), 1, max_seq_len)
     if not len(lengths):
         return (max_seq_len,)
     widths = np.minimum((lengths + multiple - 1) // multiple * multiple, max_seq_len)
-    candidates = np.unique(widths)
-    counts = np.array([(widths == c).sum() for c in candidates], np.int64)
-    cumulative = np.concatenate([[0], np.cumsum(counts)])
-    m = len(candidates)
-    min_rows = min(int(min_rows), len(lengths))
-    inf = float("inf")
-    # best[k][j]: least padded tokens covering candidates[:j + 1] with k + 1 buckets, the last ending at j.
-    best = np.full([max_buckets, m], inf)
-    parent = np.full([max_buckets, m], -1, np.int64)
-    for j in range(m):
-        if cumulative[j + 1] >= min_rows:
-            best[0, j] = candidates[j] * cumulative[j + 1]
-    for k in range(1, max_buckets):
-        for j in range(m):
-            for i in range(j):
-                rows = cumulative[j + 1] - cumulative[i + 1]
-                if best[k - 1, i] == inf or rows < min_rows:
-                    continue
-                cost = best[k - 1, i] + candidates[j] * rows
-                if cost < best[k, j]:
-                    best[k, j], parent[k, j] = cost, i
-    finals = best[:, m - 1]
-    if not np.isfinite(finals).any():  # fewer rows than min_rows: one bucket
-        return tuple(sorted({int(candidates[-1]), max_seq_len}))
-    target = finals[np.isfinite(finals)].min() * 1.02
-    k = int(next(k for k in range(max_buckets) if finals[k] <= target))
-    chosen, j = [], m - 1
+    candidates, counts = np.unique(widths, return_counts=True)
+    cuts = _least_padding(np.concatenate([[0], candidates]), np.concatenate([[0], np.cumsum(counts)]), max_buckets,
+                          min(int(min_rows), len(lengths)))
+    return tuple(sorted({int(candidates[c - 1]) for c in cuts} | {max_seq_len}))
+
+
+def _least_padding(width, cumulative, max_parts, min_rows=0):
+    """Cut points 0 < c_1 < ... < c_K = len(width) - 1 (K <= max_parts) minimising the padded positions
+    sum_k (cumulative[c_k] - cumulative[c_{k-1}]) * width[c_k], each part holding at least ``min_rows`` rows
+    where possible (else one part); fewer parts when they cost at most 2% more than the best. ``width[c]``
+    is the width the rows up to cut c need, ``cumulative[c]`` how many they are (both non-decreasing)."""
+    last = len(width) - 1
+    cumulative = np.asarray(cumulative, np.float64)
+    best = np.full([max_parts, last + 1], np.inf)
+    parent = np.zeros([max_parts, last + 1], np.int64)
+    for c in range(1, last + 1):
+        if cumulative[c] >= min_rows:
+            best[0, c] = cumulative[c] * width[c]
+        for k in range(1, max_parts):
+            for i in range(k, c):
+                rows = cumulative[c] - cumulative[i]
+                cost = best[k - 1, i] + rows * width[c]
+                if rows >= min_rows and cost < best[k, c]:
+                    best[k, c], parent[k, c] = cost, i
+    finals = best[:, last]
+    if not np.isfinite(finals).any():
+        return [last]
+    k = int(next(k for k in range(max_parts) if finals[k] <= finals.min() * 1.02))
+    cuts, c = [], last
     while k >= 0:
-        chosen.append(int(candidates[j]))
-        j, k = parent[k, j], k - 1
-    return tuple(sorted(set(chosen) | {max_seq_len}))
-
-
-def resolve_boundaries(spec, lengths, max_seq_len, min_rows=1):
-    """``parse_boundaries``, with ``"auto"`` chosen from ``lengths`` (``auto_boundaries``)."""
-    parsed = parse_boundaries(spec, max_seq_len)
-    if parsed == "auto":
-        return auto_boundaries(lengths, max_seq_len, min_rows)
-    return parsed
+        cuts.append(c)
+        c, k = int(parent[k, c]), k - 1
+    return sorted(cuts)
 
 
 def assign(lengths, boundaries):
@@ -115,64 +111,81 @@ def padding_cost(lengths, boundaries):
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainingPlan:
-    """Which bucket each optimizer step reads and the rows of its micro-batches.
+class Strata:
+    """Length strata of a training file: ``rows[k]`` (row indices, int64) are padded to ``widths[k]``, and
+    every per-replica batch takes ``counts[k]`` rows of stratum k (``sum(counts)`` = the per-replica batch)."""
 
-    step_bucket: int64 ``[steps]``; batches: int64 ``[steps * accum, batch_size]`` row indices, micro-batch
-    ``s * accum + a`` of step ``s``; widths: the buckets' widths.
-    """
-
-    step_bucket: np.ndarray
-    batches: np.ndarray
-    accum: int
     widths: tuple
-
-    def bucket_batches(self, bucket, start_step=0):
-        """Micro-batches ``[n, batch_size]`` of the steps from ``start_step`` on that read ``bucket``, in order."""
-        steps = np.nonzero(self.step_bucket[start_step:] == bucket)[0] + start_step
-        rows = (steps[:, None] * self.accum + np.arange(self.accum)[None]).reshape(-1)
-        return self.batches[rows]
-
-    def run_length(self, step, limit):
-        """How many steps from ``step`` on (at most ``limit``) read the same bucket."""
-        same = self.step_bucket[step:step + limit] == self.step_bucket[step]
-        return int(limit if same.all() else np.argmin(same))
+    counts: tuple
+    rows: tuple
 
 
-def training_plan(buckets, num_buckets, batch_size, steps, accum=1, run_length=1, seed=0, widths=()):
-    """The batches of ``steps`` optimizer steps (see the module docstring).
+def stratify(lengths, batch_size, max_seq_len, spec="auto", max_strata=MAX_AUTO_BUCKETS, multiple=PAD_MULTIPLE):
+    """The length strata of rows with ``lengths`` for per-replica batches of ``batch_size`` rows.
 
-    Args:
-      buckets: the bucket of each row (``assign``), ``[N]``, N >= 1.
-      batch_size: rows per micro-batch (global); accum: micro-batches per step.
-      run_length: consecutive steps that read one bucket (TPUs: the steps of one host call).
-      seed: the permutations' seed (epoch e uses ``default_rng([seed, e])``).
+    Rows sorted by length (ties by index) are cut at multiples of N / batch_size rows; stratum k is padded
+    to the width its longest row needs. ``spec``: ``"auto"`` chooses at most ``max_strata`` cuts that
+    minimise the padded positions of a batch (widths multiples of ``multiple`` or ``max_seq_len``; fewer
+    strata when they pad at most 2% more); ``"none"`` (or ``(max_seq_len,)``) is one stratum padded to
+    ``max_seq_len``; a tuple of boundaries (``parse_boundaries``) keeps the rows of each boundary's range
+    apart, as far as whole batch shares allow (a share cut short moves its longest rows up), and pads each
+    stratum to its boundary.
     """
-    buckets = np.asarray(buckets, np.int64)
-    n = len(buckets)
+    lengths = np.asarray(lengths, np.int64)
+    n, b = len(lengths), int(batch_size)
     if n == 0:
         raise UserError("no training rows")
-    unit = batch_size * accum * run_length
-    runs_needed = -(-steps // run_length)
-    pending = [np.zeros([0], np.int64) for _ in range(num_buckets)]
-    runs = []  # (stream position where the run filled, bucket, rows)
-    for epoch in itertools.count():
-        order = np.random.default_rng([seed, epoch]).permutation(n)
-        for k in range(num_buckets):
-            positions = np.nonzero(buckets[order] == k)[0]
-            queue = np.concatenate([pending[k], order[positions]])
-            filled = np.concatenate([np.full([len(pending[k])], -1, np.int64), positions + epoch * n])
-            full = len(queue) // unit
-            for r in range(full):
-                runs.append((filled[(r + 1) * unit - 1], k, queue[r * unit:(r + 1) * unit]))
-            pending[k] = queue[full * unit:]
-        if len(runs) >= runs_needed:
-            break
-    runs.sort(key=lambda run: (run[0], run[1]))
-    runs = runs[:runs_needed]
-    step_bucket = np.repeat([k for _, k, _ in runs], run_length)[:steps]
-    batches = np.concatenate([rows for _, _, rows in runs]).reshape(-1, batch_size)[:steps * accum]
-    return TrainingPlan(step_bucket.astype(np.int64), batches, accum, tuple(widths))
+    if isinstance(spec, str):
+        spec = parse_boundaries(spec, max_seq_len)
+    order = np.argsort(lengths, kind="stable")
+    ranks = np.round(np.arange(b + 1) * n / b).astype(np.int64)  # rows [ranks[c - 1], ranks[c]) are share c
+    longest = np.concatenate([[0], lengths[order][np.maximum(ranks[1:] - 1, 0)]])  # longest row of shares <= c
+    if spec == "auto":
+        width = np.minimum((longest + multiple - 1) // multiple * multiple, max_seq_len)
+        cuts = _least_padding(width, np.arange(b + 1), max_strata)
+        widths = [int(width[c]) for c in cuts]
+    else:
+        counts_le = np.searchsorted(lengths[order], np.asarray(spec), side="right")
+        cuts = sorted({int(c) for c in counts_le * b // n if c > 0} | {b})
+        widths = [int(spec[np.searchsorted(spec, longest[c])]) for c in cuts]
+    strata = []  # [width, shares, rows]; a stratum left without rows (fewer rows than shares) joins a neighbour
+    for a, c, w in zip([0] + cuts[:-1], cuts, widths):
+        rows = np.sort(order[ranks[a]:ranks[c]])
+        if strata and not len(strata[-1][2]):
+            strata[-1] = [w, strata[-1][1] + c - a, rows]
+        else:
+            strata.append([w, c - a, rows])
+    if len(strata) > 1 and not len(strata[-1][2]):
+        empty = strata.pop()
+        strata[-1][1] += empty[1]
+    return Strata(*(tuple(part) for part in zip(*strata)))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingPlan:
+    """The rows of every training micro-batch: ``batches[k]`` int64 ``[steps * accum, counts[k] * replicas]``
+    are stratum k's rows of each global micro-batch (micro-batch ``s * accum + a`` of step ``s``; replica r
+    takes columns ``[r * counts[k], (r + 1) * counts[k])``)."""
+
+    strata: Strata
+    batches: tuple
+    accum: int
+    replicas: int
+
+
+def training_plan(strata, steps, accum=1, replicas=1, seed=0):
+    """Micro-batches for ``steps`` optimizer steps: each stratum is read as a stream of seeded permutations of
+    its rows (epoch e of stratum k: ``default_rng([seed, k, e])``), ``counts[k] * replicas`` rows per global
+    micro-batch. Micro-batch m is a pure function of the seed and m, so a resumed run reads the same data."""
+    micro = steps * accum
+    batches = []
+    for k, (rows, count) in enumerate(zip(strata.rows, strata.counts)):
+        need = micro * count * replicas
+        epochs = -(-need // len(rows))
+        stream = np.concatenate([rows[np.random.default_rng([seed, k, e]).permutation(len(rows))]
+                                 for e in range(epochs)])
+        batches.append(stream[:need].reshape(micro, count * replicas))
+    return TrainingPlan(strata, tuple(batches), accum, replicas)
 
 
 def inference_batches(buckets, batch_size):

@@ -38,8 +38,9 @@ LABELS = {
 class FinetuneSetup:
     """What `xlnet-tf finetune` needs besides the training options.
 
-    bucket_boundaries: "auto" (chosen from the training file's lengths), "none" (every batch padded to
-    max_seq_len) or ascending lengths "L1,L2,..." (see `xlnet_tf.data.buckets`).
+    bucket_boundaries: how batches are padded by length (`xlnet_tf.data.buckets.stratify`): "auto" (length
+    strata chosen from the training file), "none" (every row padded to max_seq_len) or ascending widths
+    "L1,L2,...".
     """
 
     task: str
@@ -109,60 +110,64 @@ def crop(batch, width, left_padded):
 
 
 class TaskInput:
-    """The training loop's input for fine-tuning: one dataset per length bucket, each batch padded to its
-    bucket's width (a static shape per bucket), and the plan of which bucket each step reads.
+    """The training loop's input for fine-tuning: every batch is a tuple with one part per length stratum
+    (`buckets.Strata`), the part's rows cropped to its stratum's width (a static shape per part: one traced
+    program for every step).
 
     features: numpy rows padded to max_seq_len (`TaskData.features`); keys: the model inputs and labels;
-    plan: `buckets.training_plan` over the rows; batch_size: the global micro-batch.
+    plan: `buckets.training_plan`, for the strategy's number of replicas.
     """
 
-    def __init__(self, features, keys, task, plan, batch_size):
+    def __init__(self, features, keys, task, plan):
         self.features = {k: features[k] for k in keys}
         self.left_padded = LEFT_PADDED[task]
         self.plan = plan
-        self.batch_size = batch_size
         self.rows_per_example = features["input_ids"].shape[1] if task == "race" else 1  # RACE: C option rows
         self._tables = None
 
-    def bucket(self, step):
-        return int(self.plan.step_bucket[step])
-
-    def same_bucket_steps(self, step, limit):
-        return self.plan.run_length(step, limit)
-
-    def dataset(self, input_context, bucket, start_step):
-        """Per-replica batches of `bucket` for the steps from `start_step` on that read it."""
+    def dataset(self, input_context, start_step):
+        """Per-replica batches (tuples of parts) from step `start_step` on."""
         import tensorflow as tf
 
-        if self._tables is None:  # one host copy of the rows, shared by every bucket's dataset
+        if self._tables is None:  # one host copy of the rows, shared by every pipeline's dataset
             with tf.device("/cpu:0"):
                 self._tables = {k: tf.constant(v) for k, v in self.features.items()}
-        tables = self._tables
-        rows = self.plan.bucket_batches(bucket, start_step)
-        replicas, pipelines = input_context.num_replicas_in_sync, input_context.num_input_pipelines
-        per_replica = input_context.get_per_replica_batch_size(self.batch_size)
-        local = replicas // pipelines  # this pipeline feeds replicas [id * local, (id + 1) * local)
+        tables, plan = self._tables, self.plan
+        if input_context.num_replicas_in_sync != plan.replicas:
+            raise ValueError(f"the plan is for {plan.replicas} replicas, the strategy has "
+                             f"{input_context.num_replicas_in_sync}")
+        local = plan.replicas // input_context.num_input_pipelines  # replicas this pipeline feeds
         first = input_context.input_pipeline_id * local
-        rows = rows.reshape(len(rows), replicas, per_replica)[:, first:first + local].reshape(-1, per_replica)
-        width = self.plan.widths[bucket]
+        parts = []
+        for batches, count in zip(plan.batches, plan.strata.counts):
+            rows = batches[start_step * plan.accum:].reshape(len(batches) - start_step * plan.accum, plan.replicas, count)
+            parts.append(rows[:, first:first + local].reshape(-1, count).astype(np.int32))
 
-        def gather(indices):
-            return crop({k: tf.gather(table, indices) for k, table in tables.items()}, width, self.left_padded)
+        def gather(*indices):
+            return tuple(crop({k: tf.gather(table, rows) for k, table in tables.items()}, width, self.left_padded)
+                         for rows, width in zip(indices, plan.strata.widths))
 
-        dataset = tf.data.Dataset.from_tensor_slices(rows.astype(np.int32)).map(gather)
+        dataset = tf.data.Dataset.from_tensor_slices(tuple(parts)).map(gather)
         return dataset.prefetch(tf.data.AUTOTUNE)
 
     def token_counts(self, first_step, end_step):
         """(real tokens, padded positions) of the global batches of steps [first_step, end_step)."""
-        accum = self.plan.accum
-        rows = self.plan.batches[first_step * accum:end_step * accum]
-        real = int(self.features["padding_mask"][rows].sum())
-        widths = np.asarray(self.plan.widths, np.int64)[self.plan.step_bucket[first_step:end_step]]
-        return real, int(widths.sum()) * accum * self.batch_size * self.rows_per_example
+        plan = self.plan
+        micro = slice(first_step * plan.accum, end_step * plan.accum)
+        real = sum(int(self.features["padding_mask"][batches[micro]].sum()) for batches in plan.batches)
+        padded = sum(batches[micro].size * width for batches, width in zip(plan.batches, plan.strata.widths))
+        return real, padded * self.rows_per_example
 
 
 # Which side each task's rows are padded on (the <cls> of classification / RACE rows is the last position).
 LEFT_PADDED = {"classification": True, "regression": True, "race": True, "squad": False}
+
+
+def _padding_ratios(data, strata):
+    """Padded positions per real token of a batch mirroring the rows (stratified), and at max_seq_len."""
+    lengths = np.asarray(data.features["length"], np.float64)
+    per_batch = sum(c * w for c, w in zip(strata.counts, strata.widths)) / sum(strata.counts)
+    return per_batch / lengths.mean(), data.features["input_ids"].shape[-1] / lengths.mean()
 
 
 def _loss_fn(task):
@@ -174,8 +179,6 @@ def _loss_fn(task):
 
 def run_finetuning(setup: FinetuneSetup, options, strategy):
     """Fine-tunes, then evaluates on `eval_file` when given; returns (trainer, records, eval metrics)."""
-    import tensorflow as tf
-
     from xlnet_tf.data import buckets
     from xlnet_tf.heads import FINETUNE_FILE, build_head_model
     from xlnet_tf.model import CONFIG_FILE, SPM_FILE
@@ -205,13 +208,13 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
                                max_qa_len=race_qa_len(setup.max_seq_len))
     if setup.task == "squad":
         finetune_config.update(start_n_top=5, end_n_top=5)
-    examples_per_step = options.batch_size * options.grad_accum_steps
-    boundaries = buckets.resolve_boundaries(setup.bucket_boundaries, train.features["length"], setup.max_seq_len,
-                                            min_rows=examples_per_step)
-    finetune_config["bucket_boundaries"] = list(boundaries)
-    real, padded = buckets.padding_cost(train.features["length"], boundaries)
-    log.info("length buckets %s: %d real tokens in %d padded positions (%d at max_seq_len %d)", list(boundaries),
-             real, padded, len(train.features["length"]) * setup.max_seq_len, setup.max_seq_len)
+    replicas = strategy.num_replicas_in_sync
+    strata = buckets.stratify(train.features["length"], options.batch_size // max(replicas, 1), setup.max_seq_len,
+                              setup.bucket_boundaries)
+    finetune_config["bucket_boundaries"] = sorted(set(strata.widths) | {setup.max_seq_len})  # evaluate / predict
+    log.info("length strata: widths %s, rows per replica batch %s (padded positions per real token %.2f; %.2f "
+             "at max_seq_len %d)", list(strata.widths), list(strata.counts), *_padding_ratios(train, strata),
+             setup.max_seq_len)
 
     os.makedirs(setup.model_dir, exist_ok=True)
     setup.config.to_json(os.path.join(setup.model_dir, CONFIG_FILE))
@@ -229,12 +232,8 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
             model.load_encoder(setup.init_checkpoint)
         return model
 
-    # A TPU host call runs `steps_per_loop` steps of one program: such runs read one bucket each.
-    run_length = options.steps_per_loop if isinstance(strategy, tf.distribute.TPUStrategy) else 1
-    plan = buckets.training_plan(buckets.assign(train.features["length"], boundaries), len(boundaries),
-                                 options.batch_size, options.train_steps, options.grad_accum_steps, run_length,
-                                 options.seed, widths=boundaries)
-    inputs = TaskInput(train.features, INPUTS[setup.task] + LABELS[setup.task], setup.task, plan, options.batch_size)
+    plan = buckets.training_plan(strata, options.train_steps, options.grad_accum_steps, replicas, options.seed)
+    inputs = TaskInput(train.features, INPUTS[setup.task] + LABELS[setup.task], setup.task, plan)
     assert isinstance(options, TrainingOptions)
     trainer = Trainer(strategy, build_model, _loss_fn(setup.task), None, options, setup.model_dir, inputs=inputs)
     records = trainer.train()

@@ -74,21 +74,15 @@ class TrainingOptions:
 
 
 class SingleStream:
-    """The loop's input when every batch has one shape (pretraining): `dataset_fn(input_context, start_batch)`
-    returns per-replica batches (`input_context.get_per_replica_batch_size`), deterministic given
-    `start_batch` (micro-batches already read: the data a resumed run sees)."""
+    """The loop's input from a `dataset_fn(input_context, start_batch)` (pretraining): per-replica batches
+    (`input_context.get_per_replica_batch_size`), deterministic given `start_batch` (micro-batches already
+    read: the data a resumed run sees)."""
 
     def __init__(self, dataset_fn, accum, tokens_per_example, batch_size):
         self.dataset_fn, self.accum = dataset_fn, accum
         self.tokens_per_step = (tokens_per_example or 0) * batch_size * accum
 
-    def bucket(self, step):
-        return 0
-
-    def same_bucket_steps(self, step, limit):
-        return limit
-
-    def dataset(self, input_context, bucket, start_step):
+    def dataset(self, input_context, start_step):
         return self.dataset_fn(input_context, start_step * self.accum)
 
     def token_counts(self, first_step, end_step):
@@ -103,12 +97,12 @@ class Trainer:
     build_model: returns a keras.Model taking a batch dict (and `mems=` when its run options have mem_len > 0)
     and returning a dict of outputs. loss_fn(outputs, batch) -> (sum of per-example losses, their weight) on
     one replica; the loop divides by the weight summed over replicas, so the loss is the same whatever the
-    number of replicas. dataset_fn: see `SingleStream`. inputs: instead of dataset_fn, batches of several
-    shapes (fine-tuning's length buckets, `finetune.TaskInput`): `bucket(step)`, `same_bucket_steps(step,
-    limit)`, `dataset(input_context, bucket, start_step)` (per-replica batches of one static shape, for the
-    steps from start_step on that read that bucket) and `token_counts(first_step, end_step)` -> (real, padded).
-    Each bucket gets its own iterator and its own traced (and, with XLA, compiled) program. model_kwargs:
-    extra keyword arguments of every training call of the model (the pretrainer's `sequence_output=False`).
+    number of replicas. dataset_fn: see `SingleStream`. inputs: instead of dataset_fn, an object with
+    `dataset(input_context, start_step)` (per-replica batches from step start_step on) and
+    `token_counts(first_step, end_step)` -> (real tokens, padded positions); fine-tuning's
+    `finetune.TaskInput`, whose batches are tuples of parts (one per length stratum, each its own static
+    shape): the model runs on each part and the loss sums over them. model_kwargs: extra keyword arguments of
+    every training call of the model (the pretrainer's `sequence_output=False`).
     """
 
     def __init__(self, strategy, build_model, loss_fn, dataset_fn, options: TrainingOptions, model_dir,
@@ -170,12 +164,17 @@ class Trainer:
 
         def forward_backward(batch, mems):
             context = tf.distribute.get_replica_context()
+            parts = batch if isinstance(batch, tuple) else (batch,)  # length strata: one model call each
             with tf.GradientTape() as tape:
                 memory = {"mems": mems} if use_mems else {}
-                outputs = model(batch, training=True, **memory, **self.model_kwargs)
-                loss_sum, weight = self.loss_fn(outputs, batch)
-                total_weight = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(weight, tf.float32))
-                loss = tf.math.divide_no_nan(tf.cast(loss_sum, tf.float32), total_weight) / accumulate
+                loss_sum, weight = tf.constant(0.0), tf.constant(0.0)
+                for part in parts:
+                    outputs = model(part, training=True, **memory, **self.model_kwargs)
+                    part_sum, part_weight = self.loss_fn(outputs, part)
+                    loss_sum += tf.cast(part_sum, tf.float32)
+                    weight += tf.cast(part_weight, tf.float32)
+                total_weight = context.all_reduce(tf.distribute.ReduceOp.SUM, weight)
+                loss = tf.math.divide_no_nan(loss_sum, total_weight) / accumulate
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                      for g in tape.gradient(loss, variables)]
             new_mems = outputs["new_mems"] if use_mems else mems
@@ -285,10 +284,9 @@ class Trainer:
             log.warning("no saved memory for step %d: starting the memory from zeros", step)
         return None
 
-    def data_iterator(self, start_step=0, bucket=0):
-        """Per-replica batches of one bucket of the input from step `start_step` on, distributed by the strategy."""
-        return iter(self.strategy.distribute_datasets_from_function(
-            lambda ctx: self.inputs.dataset(ctx, bucket, start_step)))
+    def data_iterator(self, start_step=0):
+        """Per-replica batches of the input from step `start_step` on, distributed by the strategy."""
+        return iter(self.strategy.distribute_datasets_from_function(lambda ctx: self.inputs.dataset(ctx, start_step)))
 
     def traced_programs(self):
         """How many programs the training step was traced into: the XLA-compiled forward/backward's traces with
@@ -312,7 +310,7 @@ class Trainer:
         if start >= options.train_steps:
             log.info("already trained %d steps (--train-steps %d): nothing to do", start, options.train_steps)
             return []
-        iterators = {}  # one per bucket, made when the bucket is first read
+        iterator = self.data_iterator(start)
         mems = self.initial_mems(saved_mems)
         summary = TrainingLog(self.model_dir, enabled=self.chief, total_steps=options.train_steps, initial=start)
         previous = signal.signal(signal.SIGTERM, self._on_signal) if _main_thread() else None
@@ -322,12 +320,8 @@ class Trainer:
             while step < options.train_steps and self._stop_signal is None:
                 count = min(options.steps_per_loop, options.train_steps - step,
                             options.save_every - step % options.save_every)
-                bucket = self.inputs.bucket(step)
-                count = self.inputs.same_bucket_steps(step, count)
-                if bucket not in iterators:
-                    iterators[bucket] = self.data_iterator(step, bucket)
                 began = time.perf_counter()
-                loss, norm, finite, mems = self.run_steps(iterators[bucket], mems, count)
+                loss, norm, finite, mems = self.run_steps(iterator, mems, count)
                 loss = float(loss)
                 elapsed = time.perf_counter() - began
                 if not bool(finite):
