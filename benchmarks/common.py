@@ -43,12 +43,13 @@ class Case:
     "pretrain" (two-stream permutation-LM step with the tied LM head, 1 / span_ratio of the tokens predicted),
     or one of LENGTH_TASKS on `sample_size` examples of SST-2 lengths (`length_examples`, seq_len =
     max_seq_len): "lengths-finetune" (examples/s of fine-tuning steps, data pipeline included; warmup: untimed
-    steps per length bucket, iterations: timed steps), "lengths-predict" (examples/s of predicting the sample;
-    after one untimed pass, iterations: timed passes over it) and "lengths-latency" (the
-    exported classifier's latency for a short and a long text; warmup and iterations count requests).
+    steps, iterations: timed steps), "lengths-predict" (examples/s of predicting the sample; after one
+    untimed pass, iterations: timed passes over it) and "lengths-latency" (the exported classifier's latency
+    for a short and a long text; warmup and iterations count requests).
     size: the architecture (BASE_SIZE keys). Dropout 0.1 when training, no memory (mem_len 0).
-    padding (LENGTH_TASKS only): "buckets" (length buckets), "fixed" (every row padded to seq_len) or
-    "dynamic" (each batch padded to its longest row).
+    padding (LENGTH_TASKS only): "buckets" (xlnet-tf's padding by length: length strata when fine-tuning,
+    buckets when predicting), "fixed" (every row padded to seq_len) or "dynamic" (each batch padded to its
+    longest row).
     """
 
     implementation: str

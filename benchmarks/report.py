@@ -65,11 +65,20 @@ def length_rows(results):
         fixed = length_row(results["rows"], "xlnet-tf", row["task"], "fixed", row["seq_len"])
         real, padded = row["real_tokens_per_step"], row["padded_tokens_per_step"]
         rows.append(head + [
-            ",".join(str(b) for b in row.get("boundaries", [])) or "per batch",
+            _widths(row),
             _number(row["examples_per_s"], 1), _number(real), _number(padded), f"{padded / real:.2f}",
             _number(row["examples_per_s"] / fixed["examples_per_s"], 2) if fixed else "",
         ])
     return rows, notes
+
+
+def _widths(row):
+    """A row's padding widths: "8x11,16x10,..." (width x rows per batch: fine-tuning's strata), "8,16,..."
+    (predict's bucket boundaries) or "per batch" (dynamic padding)."""
+    widths, counts = row.get("boundaries") or [], row.get("rows_per_batch")
+    if counts:
+        return ",".join(f"{w}x{c}" for w, c in zip(widths, counts))
+    return ",".join(str(w) for w in widths) or "per batch"
 
 
 def latency_rows(results):
@@ -103,8 +112,8 @@ def length_header(results):
     return (f"SST-2 train sentence lengths ({summary['sentences']:,} sentences: mean {summary['mean']}, p50 "
             f"{summary['p50']}, p90 {summary['p90']}, p99 {summary['p99']} pieces) + 2 special tokens, capped at "
             f"T = max_seq_len, random token ids; batch {options['lengths_batch_size']}, float32, no XLA. "
-            f"Fine-tuning: examples/s over {options['lengths_steps']} timed steps after {options['warmup']} untimed "
-            f"per bucket, data pipeline (transformers: collation) included; predict: "
+            f"Fine-tuning: examples/s over {options['lengths_steps']} timed steps after {options['warmup']} untimed, "
+            f"data pipeline (transformers: collation) included; predict: "
             f"{options['lengths_predict_passes']} pass(es) over {options['lengths_predict_rows']} rows; latency: {options['latency_requests']} requests "
             f"per text after {options['latency_warmup']}, one client")
 

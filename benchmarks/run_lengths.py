@@ -2,9 +2,9 @@
 fixed padding, and the exported classifier's latency for a short and a long text, in process and served.
 
 Rows are SST-2 train lengths (`common.length_examples`, random token ids) built by the library's one feature
-builder (`graph_features.classification_inputs`: left-padded, `<cls>` last); buckets are the library's
-(`data.buckets.auto_boundaries` over the sampled lengths, at least one batch per bucket), fixed padding is
-the same code with the boundaries `(max_seq_len,)`.
+builder (`graph_features.classification_inputs`: left-padded, `<cls>` last). Fine-tuning batches are the
+library's (`data.buckets.stratify` "auto": one part per length stratum), predict batches its buckets
+(`auto_boundaries` over the sampled lengths); fixed padding is the same code padding to max_seq_len.
 """
 
 from __future__ import annotations
@@ -56,33 +56,19 @@ def _features(case):
     return {**{k: np.asarray(rows[k]) for k in keys}, "label_ids": labels}
 
 
-def _boundaries(case, lengths):
-    """The case's buckets: `auto_boundaries` of the sampled lengths (padding "buckets") or (seq_len,) ("fixed")."""
-    from xlnet_tf.data import buckets
-
-    if case.padding == "fixed":
-        return (case.seq_len,)
-    if case.padding != "buckets":
+def _spec(case):
+    """The case's padding as a `--bucket-boundaries` value: "auto" (padding "buckets") or "none" ("fixed")."""
+    if case.padding not in ("buckets", "fixed"):
         raise Unsupported(f"xlnet-tf pads by length buckets or to max_seq_len, not {case.padding!r}")
-    return buckets.auto_boundaries(lengths, case.seq_len, min_rows=case.batch_size)
-
-
-def dispatch(inputs, steps, steps_per_loop):
-    """The `(bucket, count)` of each `run_steps` call `Trainer.train` makes over steps [0, steps) of `inputs`
-    (a `TaskInput`): up to `steps_per_loop` consecutive steps of one bucket per call."""
-    calls, step = [], 0
-    while step < steps:
-        count = inputs.same_bucket_steps(step, min(steps_per_loop, steps - step))
-        calls.append((inputs.bucket(step), count))
-        step += count
-    return calls
+    return "auto" if case.padding == "buckets" else "none"
 
 
 def _finetune(case):
-    """`case.iterations` fine-tuning steps of the real `Trainer` (AdamW, clipping at 1.0, dropout 0.1, no XLA)
-    over `TaskInput`'s bucketed datasets, each `run_steps` call timed as `Trainer.train` dispatches it, after
-    `case.warmup` untimed steps of every bucket the timed steps read (one traced program per bucket).
-    -> seconds [calls], timed_examples, boundaries, real / padded tokens per step (timed steps and sample)."""
+    """`case.warmup` untimed then `case.iterations` timed fine-tuning steps of the real `Trainer` (AdamW,
+    clipping at 1.0, dropout 0.1, no XLA), one step per `run_steps` call, reading `TaskInput`'s tf.data
+    pipeline: batches of one part per length stratum (`stratify` "auto") or padded to max_seq_len ("none").
+    -> seconds [steps], timed_examples, boundaries (the strata's widths) and rows_per_batch, real / padded
+    tokens per step (timed steps, and a batch mirroring the sample)."""
     from xlnet_tf.config import RunOptions
     from xlnet_tf.data import buckets
     from xlnet_tf.heads import XLNetForSequenceClassification, classification_loss
@@ -91,42 +77,33 @@ def _finetune(case):
     from xlnet_tf.training.loop import Trainer, TrainingOptions
 
     features = _features(case)
-    boundaries = _boundaries(case, features["length"])
     steps, batch = case.iterations, case.batch_size
-    plan = buckets.training_plan(buckets.assign(features["length"], boundaries), len(boundaries), batch, steps,
-                                 widths=boundaries)
-    inputs = TaskInput(features, INPUTS["classification"] + LABELS["classification"], "classification", plan, batch)
+    strata = buckets.stratify(features["length"], batch, case.seq_len, _spec(case))
+    plan = buckets.training_plan(strata, case.warmup + steps)
+    inputs = TaskInput(features, INPUTS["classification"] + LABELS["classification"], "classification", plan)
     options = TrainingOptions(train_steps=10**6, batch_size=batch, learning_rate=2e-5, save_every=10**6)
     run_options = RunOptions(dropout=TRAINING_DROPOUT, dropatt=TRAINING_DROPOUT)
-    calls = dispatch(inputs, steps, options.steps_per_loop)
     with tempfile.TemporaryDirectory(prefix="xlnet-tf-bench-") as model_dir:
         trainer = Trainer(strategies.make_strategy(), lambda: XLNetForSequenceClassification(
             _config(case), run_options, num_labels=2), classification_loss, None, options, model_dir, inputs=inputs)
-        mems = trainer.initial_mems()
-        used = sorted({bucket for bucket, _ in calls})
-        for bucket in used:
-            warmup = min(case.warmup, int((plan.step_bucket == bucket).sum()))
-            if warmup:
-                trainer.run_steps(trainer.data_iterator(0, bucket), mems, warmup)[0].numpy()
-        iterators = {bucket: trainer.data_iterator(0, bucket) for bucket in used}
+        iterator, mems = trainer.data_iterator(), trainer.initial_mems()
+        losses = []
+
+        def step():
+            losses.append(float(trainer.run_steps(iterator, mems, 1)[0]))
+
+        seconds = time_iterations(step, case.warmup, steps)
         traced = trainer.traced_programs()
-        pending, losses = iter(calls), []
-
-        def call():
-            bucket, count = next(pending)
-            losses.append(float(trainer.run_steps(iterators[bucket], mems, count)[0]))
-
-        seconds = time_iterations(call, 0, len(calls))
-        retraced = trainer.traced_programs() - traced
-    real, padded = inputs.token_counts(0, steps)
-    sample_real, sample_padded = buckets.padding_cost(features["length"], boundaries)
+    real, padded = inputs.token_counts(case.warmup, case.warmup + steps)
+    mirrored = sum(c * w for c, w in zip(strata.counts, strata.widths)) / batch  # padded positions per row
     return {
-        "seconds": seconds, "timed_examples": steps * batch, "steps": steps, "calls": len(calls),
-        "boundaries": list(boundaries), "real_tokens_per_step": real / steps, "padded_tokens_per_step": padded / steps,
-        "sample_real_tokens": sample_real, "sample_padded_tokens": sample_padded, "traced_while_timed": retraced,
+        "seconds": seconds, "timed_examples": steps * batch, "steps": steps, "boundaries": list(strata.widths),
+        "rows_per_batch": list(strata.counts), "real_tokens_per_step": real / steps,
+        "padded_tokens_per_step": padded / steps, "sample_real_tokens": int(features["length"].sum()),
+        "sample_padded_tokens": int(round(mirrored * len(features["length"]))), "traced_programs": traced,
         "loss_first": losses[0], "loss_last": losses[-1],
-        "note": f"Trainer.run_steps over TaskInput ({case.padding}), steps_per_loop {options.steps_per_loop}, "
-                f"{case.warmup} warm-up step(s) per bucket",
+        "note": f"Trainer.run_steps over TaskInput ({case.padding}: {len(strata.widths)} part(s) per batch), "
+                f"{case.warmup} warm-up step(s)",
     }
 
 
@@ -141,7 +118,8 @@ def _predict(case):
     from xlnet_tf.training.finetune import run_model
 
     features = _features(case)
-    boundaries = _boundaries(case, features["length"])
+    boundaries = (buckets.auto_boundaries(features["length"], case.seq_len, min_rows=case.batch_size)
+                  if _spec(case) == "auto" else (case.seq_len,))
     model = XLNetForSequenceClassification(_config(case), RunOptions(dropout=0.0, dropatt=0.0), num_labels=2)
     run_model(model, "classification", features, case.batch_size, boundaries)
     seconds = time_iterations(lambda: run_model(model, "classification", features, case.batch_size, boundaries),

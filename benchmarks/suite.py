@@ -81,8 +81,8 @@ class BenchmarkOptions:
     pretraining step of xlnet-tf and transformers for the peak-memory comparison.
 
     The "lengths" tasks run at seq_len (as max_seq_len), batch `lengths_batch_size`, float32 without XLA, on
-    rows of SST-2 train lengths: fine-tuning `lengths_steps` timed steps (after `warmup` steps of every
-    bucket) on a sample of `lengths_sample` rows, predict: `lengths_predict_passes` timed passes over
+    rows of SST-2 train lengths: fine-tuning `lengths_steps` timed steps (after `warmup` untimed ones) on a
+    sample of `lengths_sample` rows, predict: `lengths_predict_passes` timed passes over
     `lengths_predict_rows` rows (after an untimed pass over them, which traces), latency:
     `latency_requests` requests per text after `latency_warmup`."""
 

@@ -384,9 +384,9 @@ def test_cli_end_to_end(tmp_path):
         assert fixed["boundaries"] == [16] and len(buckets["boundaries"]) > 1
     tune = [rows[("xlnet-tf", "lengths-finetune", p)] for p in ("buckets", "fixed")]
     waste = [r["sample_padded_tokens"] / r["sample_real_tokens"] for r in tune]
-    print(f"fine-tuning sample padded/real: buckets {waste[0]:.2f} < fixed {waste[1]:.2f}; programs traced while "
-          f"timed {[r['traced_while_timed'] for r in tune]} (bound 0)")
-    assert waste[0] < waste[1] and [r["traced_while_timed"] for r in tune] == [0, 0]
+    print(f"fine-tuning sample padded/real: buckets {waste[0]:.2f} < fixed {waste[1]:.2f}; programs traced "
+          f"{[r['traced_programs'] for r in tune]} (bound 1 each: every step has the same shapes)")
+    assert waste[0] < waste[1] and [r["traced_programs"] for r in tune] == [1, 1]
     latency = rows[("xlnet-tf-savedmodel", "lengths-latency", "")]
     pieces = {text: latency["texts"][text]["tokens"] for text in ("short", "long")}
     print(f"latency texts {pieces} pieces (bound short < long <= 14); served error {latency['served_error']} "
