@@ -95,13 +95,12 @@ def _finetune(case):
         seconds = time_iterations(step, case.warmup, steps)
         traced = trainer.traced_programs()
     real, padded = inputs.token_counts(case.warmup, case.warmup + steps)
-    mirrored = sum(c * w for c, w in zip(strata.counts, strata.widths)) / batch  # padded positions per row
     return {
         "seconds": seconds, "timed_examples": steps * batch, "steps": steps, "boundaries": list(strata.widths),
         "rows_per_batch": list(strata.counts), "real_tokens_per_step": real / steps,
         "padded_tokens_per_step": padded / steps, "sample_real_tokens": int(features["length"].sum()),
-        "sample_padded_tokens": int(round(mirrored * len(features["length"]))), "traced_programs": traced,
-        "loss_first": losses[0], "loss_last": losses[-1],
+        "sample_padded_tokens": int(round(strata.positions_per_row * len(features["length"]))),
+        "traced_programs": traced, "loss_first": losses[0], "loss_last": losses[-1],
         "note": f"Trainer.run_steps over TaskInput ({case.padding}: {len(strata.widths)} part(s) per batch), "
                 f"{case.warmup} warm-up step(s)",
     }

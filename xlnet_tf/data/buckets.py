@@ -119,6 +119,11 @@ class Strata:
     counts: tuple
     rows: tuple
 
+    @property
+    def positions_per_row(self):
+        """Padded positions a batch computes per row (its parts' widths weighted by their rows)."""
+        return sum(c * w for c, w in zip(self.counts, self.widths)) / sum(self.counts)
+
 
 def stratify(lengths, batch_size, max_seq_len, spec="auto", max_strata=MAX_AUTO_BUCKETS, multiple=PAD_MULTIPLE):
     """The length strata of rows with ``lengths`` for per-replica batches of ``batch_size`` rows.

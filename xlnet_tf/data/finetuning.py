@@ -61,32 +61,24 @@ def _as_strings(texts):
     return tf.constant([t.encode("utf-8", "surrogatepass") for t in texts], tf.string, shape=[len(texts)])
 
 
-def _concat_rows(parts, empty):
-    return tf.concat(parts, 0) if parts else empty
+def _tokenize_in_chunks(fn, texts):
+    """``fn`` (one of ``_tokenize_fns``) over ``texts`` in chunks of ``_TOKENIZE_CHUNK``, its ragged outputs
+    concatenated (no texts: one call on the empty batch, which gives empty rows)."""
+    strings = _as_strings(texts)
+    n = int(strings.shape[0])
+    parts = [fn(strings[i:i + _TOKENIZE_CHUNK]) for i in range(0, max(n, 1), _TOKENIZE_CHUNK)]
+    return tf.nest.map_structure(lambda *chunks: tf.concat(chunks, 0), *parts) if len(parts) > 1 else parts[0]
 
 
 def token_ids(tokenizer, texts):
     """Token ids of ``texts`` (a list of ``str`` or a string ``[N]`` tensor): ragged int32 ``[N, None]``."""
-    fn, _ = _tokenize_fns(tokenizer)
-    strings = _as_strings(texts)
-    n = int(strings.shape[0])
-    empty = tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int32), tf.zeros([0], tf.int64))
-    return _concat_rows([fn(strings[i:i + _TOKENIZE_CHUNK]) for i in range(0, n, _TOKENIZE_CHUNK)], empty)
+    return _tokenize_in_chunks(_tokenize_fns(tokenizer)[0], texts)
 
 
 def tokens_with_char_offsets(tokenizer, texts):
     """``(ids, starts, ends)`` ragged ``[N, None]``: ``text[starts[k]:ends[k]]`` (Python ``str`` indices, code
     points) is token ``k``'s source text."""
-    _, fn = _tokenize_fns(tokenizer)
-    strings = _as_strings(texts)
-    n = int(strings.shape[0])
-    parts = [fn(strings[i:i + _TOKENIZE_CHUNK]) for i in range(0, n, _TOKENIZE_CHUNK)]
-    if not parts:
-        lengths = tf.zeros([0], tf.int64)
-        return (tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int32), lengths),
-                tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64), lengths),
-                tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64), lengths))
-    return tuple(tf.concat([p[k] for p in parts], 0) for k in range(3))
+    return _tokenize_in_chunks(_tokenize_fns(tokenizer)[1], texts)
 
 
 def _traced(builder, **static):

@@ -140,7 +140,7 @@ class TaskInput:
         first = input_context.input_pipeline_id * local
         parts = []
         for batches, count in zip(plan.batches, plan.strata.counts):
-            rows = batches[start_step * plan.accum:].reshape(len(batches) - start_step * plan.accum, plan.replicas, count)
+            rows = batches[start_step * plan.accum:].reshape(-1, plan.replicas, count)
             parts.append(rows[:, first:first + local].reshape(-1, count).astype(np.int32))
 
         def gather(*indices):
@@ -161,13 +161,6 @@ class TaskInput:
 
 # Which side each task's rows are padded on (the <cls> of classification / RACE rows is the last position).
 LEFT_PADDED = {"classification": True, "regression": True, "race": True, "squad": False}
-
-
-def _padding_ratios(data, strata):
-    """Padded positions per real token of a batch mirroring the rows (stratified), and at max_seq_len."""
-    lengths = np.asarray(data.features["length"], np.float64)
-    per_batch = sum(c * w for c, w in zip(strata.counts, strata.widths)) / sum(strata.counts)
-    return per_batch / lengths.mean(), data.features["input_ids"].shape[-1] / lengths.mean()
 
 
 def _loss_fn(task):
@@ -209,12 +202,13 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
     if setup.task == "squad":
         finetune_config.update(start_n_top=5, end_n_top=5)
     replicas = strategy.num_replicas_in_sync
-    strata = buckets.stratify(train.features["length"], options.batch_size // max(replicas, 1), setup.max_seq_len,
+    strata = buckets.stratify(train.features["length"], options.batch_size // replicas, setup.max_seq_len,
                               setup.bucket_boundaries)
     finetune_config["bucket_boundaries"] = sorted(set(strata.widths) | {setup.max_seq_len})  # evaluate / predict
+    mean_length = float(np.mean(train.features["length"]))
     log.info("length strata: widths %s, rows per replica batch %s (padded positions per real token %.2f; %.2f "
-             "at max_seq_len %d)", list(strata.widths), list(strata.counts), *_padding_ratios(train, strata),
-             setup.max_seq_len)
+             "at max_seq_len %d)", list(strata.widths), list(strata.counts), strata.positions_per_row / mean_length,
+             setup.max_seq_len / mean_length, setup.max_seq_len)
 
     os.makedirs(setup.model_dir, exist_ok=True)
     setup.config.to_json(os.path.join(setup.model_dir, CONFIG_FILE))
