@@ -16,7 +16,11 @@ import numpy as np
 STEP_TASKS = ("inference", "finetune", "pretrain")  # one synthetic batch, timed step by step
 # The "lengths" group: sentence lengths of SST-2 (fine-tuning, predict, the export's latency).
 LENGTH_TASKS = ("lengths-finetune", "lengths-predict", "lengths-latency")
-TASKS = STEP_TASKS + ("lengths",)  # what --tasks accepts
+# The "documents" group: documents read as segments with Transformer-XL memory (fine-tuning, the export's latency).
+DOCUMENT_TASKS = ("documents-finetune", "documents-latency")
+DOCUMENT_SEGMENTS = (1, 2, 4, 8)  # segments of seq_len per document
+DEFAULT_TASKS = STEP_TASKS + ("lengths",)  # a run without --tasks
+TASKS = DEFAULT_TASKS + ("documents",)  # what --tasks accepts
 PRECISIONS = ("float32", "bfloat16")
 
 # XLNet-base; the published sizes besides it are in xlnet_tf.config.MODEL_SIZES.
@@ -45,8 +49,14 @@ class Case:
     max_seq_len): "lengths-finetune" (examples/s of fine-tuning steps, data pipeline included; warmup: untimed
     steps, iterations: timed steps), "lengths-predict" (examples/s of predicting the sample; after one
     untimed pass, iterations: timed passes over it) and "lengths-latency" (the exported classifier's latency
-    for a short and a long text; warmup and iterations count requests).
-    size: the architecture (BASE_SIZE keys). Dropout 0.1 when training, no memory (mem_len 0).
+    for a short and a long text; warmup and iterations count requests),
+    or one of DOCUMENT_TASKS on documents of S segments of seq_len tokens, S in `segments`:
+    "documents-finetune" (examples/s of a classification step on rows of S * seq_len real tokens read with
+    memory; one S per case) and "documents-latency" (one export reading documents of up to
+    max(segments) * seq_len tokens, its latency on one text of about S * seq_len tokens for each S; warmup
+    and iterations count requests per S).
+    size: the architecture (BASE_SIZE keys). Dropout 0.1 when training, no memory (mem_len 0) but within a
+    document.
     padding (LENGTH_TASKS only): "buckets" (xlnet-tf's padding by length: length strata when fine-tuning,
     buckets when predicting), "fixed" (every row padded to seq_len) or "dynamic" (each batch padded to its
     longest row).
@@ -64,6 +74,7 @@ class Case:
     iterations: int = 5
     padding: str = ""
     sample_size: int = 0
+    segments: tuple = ()
 
     @property
     def dims(self):
@@ -79,10 +90,15 @@ class Case:
         return self.batch_size * self.seq_len
 
     def to_dict(self):
-        """The fields; `padding` and `sample_size` only for LENGTH_TASKS (the other cases' JSON is unchanged)."""
+        """The fields; `padding` and `sample_size` only for LENGTH_TASKS, `segments` only for DOCUMENT_TASKS
+        (the other cases' JSON is unchanged)."""
         values = dataclasses.asdict(self)
         if self.task not in LENGTH_TASKS:
             del values["padding"], values["sample_size"]
+        if self.task in DOCUMENT_TASKS:
+            values["segments"] = list(self.segments)
+        else:
+            del values["segments"]
         return values
 
     @classmethod
@@ -91,12 +107,15 @@ class Case:
         if "size" in values:
             values["size"] = tuple(sorted(tuple(item) for item in (
                 values["size"].items() if isinstance(values["size"], dict) else values["size"])))
+        if "segments" in values:
+            values["segments"] = tuple(values["segments"])
         return cls(**values)
 
     def label(self):
         mode = f"{self.precision}{' xla' if self.xla else ''}"
         padding = f" {self.padding}" if self.padding else ""
-        return f"{self.implementation} {self.task}{padding} T={self.seq_len} {mode}"
+        segments = f" S={','.join(map(str, self.segments))}" if self.segments else ""
+        return f"{self.implementation} {self.task}{padding}{segments} T={self.seq_len} {mode}"
 
 
 def synthetic_batch(case: Case, seed: int = 0):
@@ -168,6 +187,12 @@ def length_examples(case: Case, seed=0):
     ids = rng.integers(10, case.dims["n_token"], size=int(lengths.sum()), dtype=np.int32)
     labels = rng.integers(0, 2, size=len(lengths), dtype=np.int32)
     return np.split(ids, np.cumsum(lengths)[:-1]), labels
+
+
+def memory_length(segments, seq_len):
+    """Memory positions per layer that hold every earlier segment of a document of `segments` segments (at
+    least one segment's: a one-segment document reads no memory, but a model reading documents needs one)."""
+    return max(segments - 1, 1) * seq_len
 
 
 def time_iterations(step, warmup, iterations):

@@ -2,7 +2,9 @@
 results.json (everything measured) and throughput.png (tokens/s per case).
 
 Tables: one of tokens/s per step case; when the "lengths" tasks ran, one of examples/s with real vs padded
-tokens (fine-tuning and predict on SST-2 lengths) and one of the exported classifier's latency by text length.
+tokens (fine-tuning and predict on SST-2 lengths) and one of the exported classifier's latency by text length;
+when the "documents" tasks ran, one of fine-tuning examples/s and the export's latency by the segments of a
+long document, each against one segment.
 """
 
 from __future__ import annotations
@@ -10,14 +12,16 @@ from __future__ import annotations
 import json
 import os
 
-from xlnet_tf.benchmarks.common import LENGTH_TASKS, LENGTHS_FILE
-from xlnet_tf.benchmarks.suite import LATENCY_WHERE, REFERENCES, latency_ratio, length_row
+from xlnet_tf.benchmarks.common import DOCUMENT_TASKS, LENGTH_TASKS, LENGTHS_FILE, STEP_TASKS
+from xlnet_tf.benchmarks.suite import LATENCY_WHERE, REFERENCES, document_growth, latency_ratio, length_row
 
 COLUMNS = ("implementation", "task", "T", "precision", "XLA", "tokens/s", "ms/step", "GFLOP/s", "% peak",
            "peak MB", *(f"x {r}" for r in REFERENCES), "bf16 rel err")
 LENGTH_COLUMNS = ("implementation", "task", "padding", "batch", "T", "boundaries", "examples/s", "real tok/step",
                   "padded tok/step", "padded/real", "x fixed")
 LATENCY_COLUMNS = ("where", "text", "pieces", "p50 ms", "p99 ms", "requests")
+DOCUMENT_COLUMNS = ("S", "tokens", "fine-tuning examples/s", "s/example vs S=1", "text pieces", "latency p50 ms",
+                    "latency p99 ms", "p50 vs S=1")
 
 
 def _number(value, digits=0):
@@ -35,7 +39,7 @@ def table_rows(results):
     column and its reason in a numbered footnote."""
     rows, notes = [], []
     for row in results["rows"]:
-        if row["task"] in LENGTH_TASKS:
+        if row["task"] not in STEP_TASKS:
             continue
         head = [row["implementation"], row["task"], str(row["seq_len"]), row["precision"], "yes" if row["xla"] else "no"]
         if row["status"] != "ok":
@@ -118,6 +122,54 @@ def length_header(results):
             f"per text after {options['latency_warmup']}, one client")
 
 
+def document_rows(results):
+    """(the long-documents table, footnotes): per segment count S, fine-tuning examples/s and the export's
+    latency, each against S = 1 (seconds per example, p50), then the line saying what linear growth is. A case
+    that did not run shows its status in its columns and its reason in a numbered footnote."""
+    rows, notes, failed, planned = [], [], {}, {}
+    for row in results["rows"]:
+        if row["task"] not in DOCUMENT_TASKS:
+            continue
+        planned.update({segments: row["seq_len"] for segments in row["segments"]})
+        if row["status"] != "ok":
+            cell = _footnote(row, notes)
+            failed.update({(row["task"], segments): cell for segments in row["segments"]})
+    growth = {g["segments"]: g for g in document_growth(results["rows"])}
+    for segments, seq_len in sorted(planned.items()):
+        figures = growth.get(segments, {})
+        tune, latency = (failed.get((task, segments)) for task in DOCUMENT_TASKS)
+        rows.append([str(segments), str(segments * seq_len),
+                     *_cells(tune, figures, ("finetune_examples_per_s", 2), ("finetune_cost_ratio", 2)),
+                     *_cells(latency, figures, ("latency_tokens", 0), ("latency_p50_ms", 1), ("latency_p99_ms", 1),
+                             ("latency_ratio", 2))])
+    if rows:
+        counts = ", ".join(str(segments) for segments in sorted(planned))
+        notes.append(f"Linear growth in the segments: both ratios = S ({counts}); below S is sublinear, above "
+                     f"superlinear.")
+    return rows, notes
+
+
+def _cells(failure, figures, *keys):
+    """The cells of `keys` ((key, digits) of `figures`), or `failure` (a footnote cell) then empty ones."""
+    if failure:
+        return [failure] + [""] * (len(keys) - 1)
+    return [_number(figures.get(key), digits) for key, digits in keys]
+
+
+def document_header(results):
+    """What the long-documents table measured, in one line."""
+    options = results["options"]
+    rows = [r for r in results["rows"] if r["task"] in DOCUMENT_TASKS]
+    seq_len, longest = rows[0]["seq_len"], max(max(r["segments"]) for r in rows)
+    return (f"documents of S segments of T = {seq_len} tokens, each segment attending to the memory of the ones "
+            f"before, float32, no XLA. Fine-tuning: examples/s of a classification step (forward, backward, AdamW; "
+            f"memory of every earlier segment, without gradient) on batches of {options['documents_batch_size']} "
+            f"rows of S * T real tokens, median of {options['iterations']} timed steps after {options['warmup']}; "
+            f"latency: the export of a --long-doc memory classifier (max_doc_len {longest * seq_len}, segments in a "
+            f"tf.while_loop), serving_default in process on one text of at most S * T - 2 pieces, "
+            f"{options['latency_requests']} requests per S after {options['latency_warmup']}, one client")
+
+
 def target_lines(results):
     lines = []
     for target in results["targets"]:
@@ -146,14 +198,18 @@ def header_lines(results):
 
 
 def tables(results):
-    """[(columns, body, footnotes, left-aligned columns, line above)]: the step table (unless only the lengths
-    tasks ran), then the lengths tables when those tasks ran, the first under `length_header`."""
-    kinds = {row["task"] in LENGTH_TASKS for row in results["rows"]}
-    out = [] if kinds == {True} else [(COLUMNS, *table_rows(results), 5, None)]
-    if True in kinds:
+    """[(columns, body, footnotes, left-aligned columns, (title, line) above or None)]: the step table (unless
+    only the lengths or documents tasks ran), then the lengths tables when those tasks ran, the first under
+    `length_header`, then the long-documents table under `document_header` when those tasks ran."""
+    tasks = {row["task"] for row in results["rows"]}
+    out = [(COLUMNS, *table_rows(results), 5, None)] if tasks & set(STEP_TASKS) or not tasks else []
+    if tasks & set(LENGTH_TASKS):
         lengths = [(LENGTH_COLUMNS, *length_rows(results), 6), (LATENCY_COLUMNS, *latency_rows(results), 2)]
         lengths = [table for table in lengths if table[1]]
-        out += [(*table, length_header(results) if i == 0 else None) for i, table in enumerate(lengths)]
+        above = ("Real sentence lengths:", length_header(results))
+        out += [(*table, above if i == 0 else None) for i, table in enumerate(lengths)]
+    if tasks & set(DOCUMENT_TASKS):
+        out.append((DOCUMENT_COLUMNS, *document_rows(results), 1, ("Long documents:", document_header(results))))
     return out
 
 
@@ -168,14 +224,14 @@ def _aligned(columns, body, left):
 def format_text(results):
     lines = header_lines(results)
     for columns, body, notes, left, above in tables(results):
-        lines += [""] + ([above, ""] if above else []) + _aligned(columns, body, left) + notes
+        lines += [""] + ([above[1], ""] if above else []) + _aligned(columns, body, left) + notes
     return "\n".join(lines + [""] + target_lines(results))
 
 
 def format_markdown(results):
     lines = [f"- {line}" for line in header_lines(results)]
     for columns, body, notes, _, above in tables(results):
-        lines += (["", "Real sentence lengths:", "", f"- {above}"] if above else [])
+        lines += (["", above[0], "", f"- {above[1]}"] if above else [])
         lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(row) + " |" for row in body]
         lines += [""] + [f"{note}  " for note in notes]

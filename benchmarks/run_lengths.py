@@ -141,16 +141,13 @@ def _latency(case):
     (served None, with served_error, when the server could not answer)."""
     import tensorflow as tf
 
-    from xlnet_tf.benchmarks.run_xlnet_tf import export_random_classifier
-
     with tempfile.TemporaryDirectory(prefix="xlnet-tf-bench-export-") as work:
-        version = export_random_classifier(work, _config(case), case.seq_len, EXPORT_VOCAB,
-                                           os.path.join(work, "export", "classifier"))
-        loaded = tf.saved_model.load(version)
+        version, loaded = load_random_export(work, case)
         texts = _texts(loaded.signatures["tokenize"], min(LONG_TOKENS, case.seq_len - 2))
         function = loaded.signatures["serving_default"]
-        in_process = {name: _latencies(lambda i, t=text["text"]: function(text=tf.constant([t]))["label"].numpy(),
-                                       case) for name, text in texts.items()}
+        in_process = {name: request_latencies(
+            lambda i, t=text["text"]: function(text=tf.constant([t]))["label"].numpy(), case)
+            for name, text in texts.items()}
         served, error = None, None
         try:
             served = _served(os.path.dirname(version), texts, case)
@@ -160,24 +157,51 @@ def _latency(case):
             "note": "serving_default, one text per request, one client; served: xlnet-tf serve, gRPC on loopback"}
 
 
-def _texts(tokenize, long_tokens):
-    """{"short": SHORT_TEXT, "long": the longest run of words of CPython's documentation with at most
-    `long_tokens` pieces}, each {"text", "tokens"} (pieces counted by the export's `tokenize` signature)."""
+def load_random_export(work, case, max_doc_len=None):
+    """`export_random_classifier` at the case's size and seq_len (EXPORT_VOCAB pieces; documents of up to
+    `max_doc_len` tokens read with memory when given), exported under `work` and loaded in process
+    -> (the export's version directory, the loaded SavedModel)."""
     import tensorflow as tf
 
+    from xlnet_tf.benchmarks.run_xlnet_tf import export_random_classifier
+
+    version = export_random_classifier(work, _config(case), case.seq_len, EXPORT_VOCAB,
+                                       os.path.join(work, "export", "classifier"), max_doc_len=max_doc_len)
+    return version, tf.saved_model.load(version)
+
+
+def _texts(tokenize, long_tokens):
+    """{"short": SHORT_TEXT, "long": `longest_text(tokenize, long_tokens)`}, each {"text", "tokens"}."""
+    return {"short": {"text": SHORT_TEXT, "tokens": count_pieces(tokenize, SHORT_TEXT)},
+            "long": longest_text(tokenize, long_tokens)}
+
+
+def count_pieces(tokenize, text):
+    """The pieces of `text` by an export's `tokenize` signature (before truncation)."""
+    import tensorflow as tf
+
+    return int(tokenize(text=tf.constant([text]))["num_tokens"].numpy()[0])
+
+
+def longest_text(tokenize, max_tokens):
+    """The longest run of words from the start of CPython's documentation with at most `max_tokens` pieces
+    (counted by an export's `tokenize` signature; a word is at least one piece, so the count grows with the
+    words and is bisected) -> {"text", "tokens"}."""
     from xlnet_tf.benchmarks.run_xlnet_tf import doc_lines
 
-    words = " ".join(doc_lines()[:200]).split()[:4 * long_tokens]
-    prefixes = [" ".join(words[:n]) for n in range(1, len(words) + 1)]
-    counts = tokenize(text=tf.constant(prefixes))["num_tokens"].numpy()
-    fitting = np.nonzero(counts <= long_tokens)[0]
-    long = prefixes[fitting[-1]]
-    short_tokens = int(tokenize(text=tf.constant([SHORT_TEXT]))["num_tokens"].numpy()[0])
-    return {"short": {"text": SHORT_TEXT, "tokens": short_tokens},
-            "long": {"text": long, "tokens": int(counts[fitting[-1]])}}
+    words = " ".join(doc_lines()).split()[:4 * max_tokens]
+    low, high = 1, len(words)  # the answer lies in [low, high]: one word fits (pieces >= words)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if count_pieces(tokenize, " ".join(words[:middle])) <= max_tokens:
+            low = middle
+        else:
+            high = middle - 1
+    text = " ".join(words[:low])
+    return {"text": text, "tokens": count_pieces(tokenize, text)}
 
 
-def _latencies(call, case):
+def request_latencies(call, case):
     """p50 / p99 (ms) of `case.iterations` sequential `call(i)` after `case.warmup` untimed ones."""
     from xlnet_tf.benchmarks.serving import measure
 
@@ -190,7 +214,8 @@ def _latencies(call, case):
 
 
 def _served(base, texts, case):
-    """`_latencies` of each text through `xlnet-tf serve` of the model at BASE (BASE/VERSION holds the export)."""
+    """`request_latencies` of each text through `xlnet-tf serve` of the model at BASE (BASE/VERSION holds the
+    export)."""
     from xlnet_tf.benchmarks.serving import start_server
     from xlnet_tf.serving import Client
 
@@ -201,7 +226,7 @@ def _served(base, texts, case):
             (status,) = client.status()[-1:]
             if status["state"] != "AVAILABLE":
                 raise RuntimeError(f"the server could not load the export: {status['error_message'][:300]}")
-            return {key: _latencies(lambda i, t=text["text"]: client.predict({"text": [t]}), case)
+            return {key: request_latencies(lambda i, t=text["text"]: client.predict({"text": [t]}), case)
                     for key, text in texts.items()}
     finally:
         process.terminate()

@@ -1,6 +1,6 @@
 """xlnet-tf's own runners: the encoder forward, the training loop's fine-tuning and pretraining steps, and the
 exported SavedModel's `encode` signature (text in, so tokenization is timed too); the LENGTH_TASKS are in
-`run_lengths`."""
+`run_lengths`, the DOCUMENT_TASKS in `run_documents`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import tempfile
 
 import numpy as np
 
-from xlnet_tf.benchmarks.common import LENGTH_TASKS, Case, Unsupported, synthetic_batch, time_iterations
+from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, LENGTH_TASKS, Case, Unsupported, memory_length, synthetic_batch,
+                                        time_iterations)
 
 ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask")
 PRETRAIN_INPUTS = ENCODER_INPUTS + ("perm_mask", "target_mapping", "target_ids", "target_mask")
@@ -24,6 +25,10 @@ def run(case: Case) -> dict:
         from xlnet_tf.benchmarks import run_lengths
 
         return run_lengths.run(case)
+    if case.task in DOCUMENT_TASKS:
+        from xlnet_tf.benchmarks import run_documents
+
+        return run_documents.run(case)
 
     keras.utils.set_random_seed(0)
     if case.implementation == "xlnet-tf-savedmodel":
@@ -62,14 +67,15 @@ def _inference(case):
     return result
 
 
-def _train(case, build_model, loss_fn, keys, model_kwargs=None):
-    """Times single steps of xlnet_tf's training loop (AdamW, clipping at 1.0) on one repeated batch."""
+def train_steps(case, build_model, loss_fn, keys, model_kwargs=None, batch=None):
+    """Times single steps of xlnet_tf's training loop (AdamW, clipping at 1.0) on one repeated batch: `batch`
+    (numpy arrays), by default `synthetic_batch(case)`, restricted to `keys`."""
     import tensorflow as tf
 
     from xlnet_tf.training import strategies
     from xlnet_tf.training.loop import Trainer, TrainingOptions
 
-    features = {k: v for k, v in synthetic_batch(case).items() if k in keys}
+    features = {k: v for k, v in (synthetic_batch(case) if batch is None else batch).items() if k in keys}
 
     def dataset_fn(input_context, start_batch):
         return tf.data.Dataset.from_tensors(features).repeat().prefetch(2)
@@ -96,7 +102,7 @@ def _finetune(case):
     from xlnet_tf.heads import classification_loss, XLNetForSequenceClassification
 
     run_options = RunOptions(dropout=TRAINING_DROPOUT, dropatt=TRAINING_DROPOUT)
-    return _train(
+    return train_steps(
         case,
         lambda: XLNetForSequenceClassification(_config(case), run_options, num_labels=2, dtype=_dtype(case)),
         classification_loss,
@@ -110,7 +116,7 @@ def _pretrain(case):
     from xlnet_tf.training.pretrain import TRAINING_CALL, pretraining_loss
 
     run_options = RunOptions(dropout=TRAINING_DROPOUT, dropatt=TRAINING_DROPOUT)
-    return _train(
+    return train_steps(
         case,
         lambda: XLNetPretrainer(_config(case), run_options, dtype=_dtype(case)),
         pretraining_loss,
@@ -137,14 +143,17 @@ def _saved_model(case):
 
 
 def export_random_classifier(work, config, max_seq_len, vocab_size, export_base, corpus_lines=None,
-                             label_names=("0", "1")):
+                             label_names=("0", "1"), max_doc_len=None):
     """A randomly initialised XLNet classifier with a SentencePiece model trained on `corpus_lines` (default:
     every line of CPython's documentation topics), saved as a fine-tuned directory under `work` and exported
-    to `export_base` (BASE/NAME) -> the export's version directory."""
+    to `export_base` (BASE/NAME) -> the export's version directory. With `max_doc_len`, the classifier reads
+    documents of up to that many tokens as segments of max_seq_len with memory (`--long-doc memory`, memory
+    of every earlier segment)."""
     from xlnet_tf.config import RunOptions
     from xlnet_tf.export.exporter import export_model
-    from xlnet_tf.heads import build_head_model, save_finetuned
+    from xlnet_tf.heads import build_head_model, head_arguments, save_finetuned
     from xlnet_tf.tokenization import train_spm
+    from xlnet_tf.training.finetune import row_width
 
     corpus = os.path.join(work, "corpus.txt")
     with open(corpus, "w", encoding="utf-8") as handle:
@@ -152,8 +161,11 @@ def export_random_classifier(work, config, max_seq_len, vocab_size, export_base,
     spm = train_spm(corpus, os.path.join(work, "spiece"), vocab_size, minloglevel=2)
     finetune_config = {"task": "classification", "lower_case": False, "spm_model": "spiece.model",
                        "max_seq_len": max_seq_len, "num_labels": len(label_names), "label_names": list(label_names)}
+    if max_doc_len:
+        finetune_config.update(long_doc="memory", max_doc_len=max_doc_len, grad_segments=1,
+                               mem_len=memory_length(row_width(max_seq_len, max_doc_len) // max_seq_len, max_seq_len))
     model = build_head_model("classification", config, RunOptions(dropout=0.0, dropatt=0.0),
-                             num_labels=len(label_names))
+                             **head_arguments(finetune_config))
     finetuned = os.path.join(work, "finetuned")
     os.rename(spm, os.path.join(work, "spiece.model"))
     save_finetuned(model, finetuned, finetune_config, extra_files=[os.path.join(work, "spiece.model")])

@@ -1,8 +1,10 @@
 """`xlnet-tf benchmark`: every case in its own process, then one table of tokens/s, GFLOP/s against the matmul
 peak measured in the same run, peak memory and ratios against the reference implementations, and, for the
 "lengths" tasks (SST-2 sentence lengths), examples/s of fine-tuning and predict with length buckets, fixed and
-dynamic padding and the exported classifier's latency by text length; all checked against the project's speed
-targets. Written to OUTPUT_DIR as results.json, report.md and throughput.png."""
+dynamic padding and the exported classifier's latency by text length, and, for the "documents" tasks, how a
+fine-tuning step's examples/s and the export's latency grow with the segments of a long document read with
+memory; all checked against the project's speed targets. Written to OUTPUT_DIR as results.json, report.md and
+throughput.png."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ import time
 
 import numpy as np
 
-from xlnet_tf.benchmarks.common import BASE_SIZE, LENGTH_TASKS, PRECISIONS, STEP_TASKS, TASKS, Case
+from xlnet_tf.benchmarks.common import (BASE_SIZE, DEFAULT_TASKS, DOCUMENT_SEGMENTS, DOCUMENT_TASKS, LENGTH_TASKS,
+                                        PRECISIONS, STEP_TASKS, Case)
 from xlnet_tf.benchmarks.flops import step_flops
 from xlnet_tf.benchmarks.worker import RESULT_PREFIX
 
@@ -39,6 +42,12 @@ LENGTH_CASES = (
     ("xlnet-tf", "lengths-predict", "buckets"),
     ("xlnet-tf", "lengths-predict", "fixed"),
     ("xlnet-tf-savedmodel", "lengths-latency", ""),
+)
+# The "documents" tasks' cases: (implementation, task, segments per case): one fine-tuning case per segment count,
+# one export timed at every count.
+DOCUMENT_CASES = (
+    *(("xlnet-tf", "documents-finetune", (segments,)) for segments in DOCUMENT_SEGMENTS),
+    ("xlnet-tf-savedmodel", "documents-latency", DOCUMENT_SEGMENTS),
 )
 HAS_XLA = ("xlnet-tf", "keras-hub", "model-garden")
 PACKAGES = ("tensorflow", "keras", "tensorflow-text", "keras-hub", "tf-models-official", "tf-keras", "torch",
@@ -84,13 +93,18 @@ class BenchmarkOptions:
     rows of SST-2 train lengths: fine-tuning `lengths_steps` timed steps (after `warmup` untimed ones) on a
     sample of `lengths_sample` rows, predict: `lengths_predict_passes` timed passes over
     `lengths_predict_rows` rows (after an untimed pass over them, which traces), latency:
-    `latency_requests` requests per text after `latency_warmup`."""
+    `latency_requests` requests per text after `latency_warmup`.
+
+    The "documents" tasks (not run by default) run at seq_len per segment, float32 without XLA, for each
+    count in DOCUMENT_SEGMENTS: fine-tuning steps on batches of `documents_batch_size` documents (`warmup`
+    untimed, `iterations` timed) and the export's latency (`latency_requests` requests per count after
+    `latency_warmup`)."""
 
     size: dict = dataclasses.field(default_factory=lambda: dict(BASE_SIZE))
     batch_size: int = 8
     seq_len: int = 128
     long_seq_len: int = 512
-    tasks: tuple = TASKS
+    tasks: tuple = DEFAULT_TASKS
     precisions: tuple = PRECISIONS
     xla_modes: tuple = (False, True)
     implementations: tuple = IMPLEMENTATIONS
@@ -104,6 +118,7 @@ class BenchmarkOptions:
     lengths_predict_passes: int = 1
     latency_requests: int = 50
     latency_warmup: int = 10
+    documents_batch_size: int = 4
     timeout: float = 1800.0
 
 
@@ -133,7 +148,7 @@ def plan_cases(options: BenchmarkOptions):
                             warmup=1 if long else options.warmup,
                             iterations=options.long_iterations if long else options.iterations,
                         ))
-    return cases + plan_length_cases(options)
+    return cases + plan_length_cases(options) + plan_document_cases(options)
 
 
 def plan_length_cases(options: BenchmarkOptions):
@@ -156,6 +171,25 @@ def plan_length_cases(options: BenchmarkOptions):
     return cases
 
 
+def plan_document_cases(options: BenchmarkOptions):
+    """The "documents" tasks' cases (DOCUMENT_CASES) of the requested implementations, when "documents" is asked
+    for: fine-tuning on batches of documents_batch_size, latency on one text per request."""
+    if "documents" not in options.tasks:
+        return []
+    common = dict(seq_len=options.seq_len, precision="float32", xla=False, size=tuple(sorted(options.size.items())))
+    counts = {  # (batch_size, warmup, iterations)
+        "documents-finetune": (options.documents_batch_size, options.warmup, options.iterations),
+        "documents-latency": (1, options.latency_warmup, options.latency_requests),
+    }
+    cases = []
+    for implementation, task, segments in DOCUMENT_CASES:
+        if implementation in options.implementations:
+            batch_size, warmup, iterations = counts[task]
+            cases.append(Case(implementation, task, batch_size, warmup=warmup, iterations=iterations,
+                              segments=segments, **common))
+    return cases
+
+
 def run_worker(arguments, timeout):
     """Runs `python -m xlnet_tf.benchmarks.worker ARGUMENTS` -> its result dict (status "failed" when none)."""
     command = [sys.executable, "-m", "xlnet_tf.benchmarks.worker", *arguments]
@@ -173,9 +207,14 @@ def run_worker(arguments, timeout):
 
 def summarize(case: Case, result: dict, peaks: dict):
     """One table row: the case, its status and, when it ran, the derived figures (a LENGTH_TASKS row with timed
-    examples: examples_per_s over all its timed seconds)."""
+    examples: examples_per_s over all its timed seconds; a "documents-finetune" row: examples_per_s of the
+    median step)."""
     row = {**case.to_dict(), "label": case.label(), **result}
     row.pop("size")
+    if case.task in DOCUMENT_TASKS:
+        if result.get("status") == "ok" and case.task == "documents-finetune":
+            row["examples_per_s"] = case.batch_size / float(np.median(result["seconds"]))
+        return row
     if case.task in LENGTH_TASKS:
         if result.get("status") == "ok" and result.get("timed_examples"):
             row["examples_per_s"] = result["timed_examples"] / float(np.sum(result["seconds"]))
@@ -199,7 +238,7 @@ def add_ratios(rows):
     """Each ok row of ours gets `vs_<reference>`: its tokens/s over the reference's best float32 mode for
     the same task and length."""
     for row in rows:
-        if row["implementation"] not in OURS or row["status"] != "ok" or row["task"] in LENGTH_TASKS:
+        if row["implementation"] not in OURS or row["status"] != "ok" or row["task"] not in STEP_TASKS:
             continue
         for reference in REFERENCES:
             other = best(rows, reference, row["task"], row["seq_len"])
@@ -219,6 +258,27 @@ def latency_ratio(row, where, statistic):
     if not measured:
         return None
     return measured["short"][f"{statistic}_ms"] / measured["long"][f"{statistic}_ms"]
+
+
+def document_growth(rows):
+    """How the "documents" figures grow with the segments S: one dict per S measured (ascending) with
+    `segments`, `finetune_examples_per_s` and `latency_p50_ms` / `latency_p99_ms` (None when not measured), and
+    against S = 1 `finetune_cost_ratio` (seconds per example) and `latency_ratio` (p50); linear growth: S."""
+    finetune = {r["segments"][0]: r["examples_per_s"] for r in rows
+                if r["task"] == "documents-finetune" and r["status"] == "ok"}
+    latency = {m["segments"]: m for r in rows if r["task"] == "documents-latency" and r["status"] == "ok"
+               for m in r["by_segments"]}
+    growth = []
+    for segments in sorted(set(finetune) | set(latency)):
+        speed, measured = finetune.get(segments), latency.get(segments) or {}
+        p50 = measured.get("p50_ms")
+        growth.append({
+            "segments": segments, "finetune_examples_per_s": speed,
+            "finetune_cost_ratio": finetune[1] / speed if speed and finetune.get(1) else None,
+            "latency_tokens": measured.get("tokens"), "latency_p50_ms": p50, "latency_p99_ms": measured.get("p99_ms"),
+            "latency_ratio": p50 / latency[1]["p50_ms"] if p50 and 1 in latency else None,
+        })
+    return growth
 
 
 def length_targets(rows, seq_len):
@@ -334,5 +394,7 @@ def run_benchmark(options: BenchmarkOptions, output_dir, progress=True):
         "options": {**dataclasses.asdict(options), "xla_modes": list(options.xla_modes)},
         "rows": rows, "targets": evaluate_targets(rows, options), "wall_s": time.time() - began,
     }
+    if "documents" in options.tasks:
+        results["documents"] = document_growth(rows)
     report.write(results, output_dir)
     return results

@@ -34,6 +34,14 @@ Signatures (B = batch, L = max_seq_len, T = the request's width: its longest row
   ``text``), all padded with -1 after the first L tokens, ``num_tokens`` int64 [B] (before truncation);
   ``predict_ids(input_ids, segment_ids, padding_mask int32 [B, T]`` (+ ``p_mask`` [B, T] and ``cls_index``
   [B] for squad; [B, C, T] for race), any T <= L) -> the head's raw outputs.
+
+Long documents (a model fine-tuned with ``--long-doc memory``; classification, regression, race): L is the
+segment length and text inputs take up to ``max_doc_len`` tokens (more are truncated as in training: a
+single text keeps its first ``max_doc_len - 2``, text_b / question + option keep at most L - 3). Rows are
+left-padded to whole segments (T = the request's longest row rounded up to a multiple of L) and the segments
+run in order in a ``tf.while_loop`` that carries each layer's memory, so the cost grows with the request's
+number of segments. ``encode`` returns the last segment's states ([B, L, d_model]); ``tokenize`` pads to
+the document width; ``predict_ids`` takes T up to the document width, a multiple of L.
 """
 
 import json
@@ -160,6 +168,10 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
     _check_free(export_base, version)
     task = finetune_config["task"]
     length = int(max_seq_len or finetune_config.get("max_seq_len") or 0)
+    if finetune_config.get("long_doc") == "memory" and length != finetune_config["max_seq_len"] and not reusable:
+        raise UserError(f"--max-seq-len of a long-document model is its segment length, "
+                        f"{finetune_config['max_seq_len']}; got {length} (documents take up to max_doc_len "
+                        f"{finetune_config['max_doc_len']} tokens)")
     minimum = {"squad": int(finetune_config.get("max_query_len", 64)) + 4, "race": 4}.get(task, 3)
     minimum = 3 if reusable else minimum
     if length < minimum:
@@ -196,6 +208,9 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
             "label_names": finetune_config.get("label_names"), "pairs": bool(finetune_config.get("pairs")),
             "lower_case": bool(finetune_config.get("lower_case", False)),
             "doc_stride": finetune_config.get("doc_stride"), "max_query_len": finetune_config.get("max_query_len"),
+            "long_doc": "truncate" if reusable else finetune_config.get("long_doc", "truncate"),
+            "max_doc_len": None if reusable else finetune_config.get("max_doc_len"),
+            "mem_len": None if reusable else finetune_config.get("mem_len"),
             "signatures": _signature_summary(signatures),
         }
         with open(os.path.join(extra, METADATA_FILE), "w", encoding="utf-8") as f:

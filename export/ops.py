@@ -35,6 +35,8 @@ CORE_OPS = frozenset({
     "Const", "Identity", "IdentityN", "NoOp", "Placeholder", "PartitionedCall", "StatefulPartitionedCall", "If",
     "Assert", "EnsureShape", "StopGradient", "SaveV2", "RestoreV2", "MergeV2Checkpoints", "ShardedFilename",
     "StringJoin", "StaticRegexFullMatch", "Select", "SelectV2",
+    # control flow: the segment loop of long-document models (tf.while_loop carrying the memory)
+    "While",
     # variables
     "VarHandleOp", "ReadVariableOp", "AssignVariableOp", "DisableCopyOnRead",
     # shapes, layout, indexing

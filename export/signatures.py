@@ -58,10 +58,15 @@ def _ids_spec(names, choices=None):
     return [tf.TensorSpec(shape, tf.int32, name=n) for n in names]
 
 
-def _check_width(ids, length):
-    """Fail (InvalidArgument) when ids are wider than the export's max_seq_len, or their widths differ."""
+def _check_width(ids, length, segment_len=None):
+    """Fail (InvalidArgument) when ids are wider than the export's max_seq_len (document width), their widths
+    differ, or (long documents) the width is not whole segments of ``segment_len``."""
     width = tf.shape(ids[0])[-1]
     tf.debugging.assert_less_equal(width, length, message=f"input_ids may have at most {length} positions")
+    if segment_len:
+        tf.debugging.assert_equal(width % segment_len, 0,
+                                  message=f"input_ids of a long-document model need whole segments of {segment_len} "
+                                          f"positions (left-padded)")
     for t in ids[1:]:
         tf.debugging.assert_equal(tf.shape(t)[-1], width, message="all id inputs need the same number of positions")
 
@@ -89,8 +94,10 @@ def _backing(variables):
 class _Graphs:
     """Traced pieces shared by the signatures of one export."""
 
-    def __init__(self, model, tokenizer, max_seq_len):
+    def __init__(self, model, tokenizer, max_seq_len, max_doc_len=None):
         self.model, self.tokenizer, self.length = model, tokenizer, max_seq_len
+        self.doc_len = max_doc_len  # long documents read with memory: segments of max_seq_len
+        self.width = max_seq_len if max_doc_len is None else gf.document_width(max_seq_len, max_doc_len)
         spec = [tf.TensorSpec([None], tf.string)]
 
         # Tokenization is traced ONCE per export as two library functions that every signature calls
@@ -117,25 +124,31 @@ class _Graphs:
                 _same_batch(text_a, text_b)
             ids_a = self.token_ids(text_a)
             ids_b = None if text_b is None else self.token_ids(text_b)
-            return gf.classification_inputs(ids_a, ids_b, self.length, pad_to_multiple=PAD_MULTIPLE)
+            return gf.classification_inputs(ids_a, ids_b, self.length, pad_to_multiple=PAD_MULTIPLE,
+                                            max_doc_len=self.doc_len)
 
     def tokenize(self, text):
-        """token_ids int32, token_start / token_end int64 (code points) ``[B, L]`` padded with -1;
-        num_tokens int64 ``[B]`` (before truncation to L)."""
+        """token_ids int32, token_start / token_end int64 (code points) ``[B, W]`` padded with -1 (W: L, or
+        the document width); num_tokens int64 ``[B]`` (before truncation to W)."""
         with tf.device("/cpu:0"):
             ids, starts, ends = self.tokens_with_offsets(text)
-            keep = tf.minimum(ids.row_lengths(), self.length)
+            keep = tf.minimum(ids.row_lengths(), self.width)
 
             def first(rt):
-                return gf.pad_rows(gf.keep_first(rt, keep), self.length, -1)
+                return gf.pad_rows(gf.keep_first(rt, keep), self.width, -1)
 
             return {"token_ids": first(ids), "token_start": first(starts), "token_end": first(ends),
                     "num_tokens": ids.row_lengths()}
 
     # -- model ----------------------------------------------------------------------------------------
     def encode(self, features):
+        """The encoder's states; for long documents, those of the last segment (read with memory)."""
         inputs = {k: features[k] for k in ("input_ids", "segment_ids", "padding_mask")}
-        hidden = self.model.transformer(inputs, training=False)["sequence_output"]
+        if self.doc_len is None:
+            hidden = self.model.transformer(inputs, training=False)["sequence_output"]
+        else:
+            hidden = self.model.transformer.encode_document(inputs, self.length)
+            features = {k: v[:, -self.length:] for k, v in inputs.items()}
         hidden = tf.cast(hidden, tf.float32)
         return {"sequence_output": hidden, "pooled_output": hidden[:, -1],
                 "padding_mask": features["padding_mask"], "input_ids": features["input_ids"],
@@ -157,14 +170,19 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
       tokenizer: its ``XLNetTokenizer``.
       finetune_config: the fine-tuned directory's config (``task``, ``label_names``, ``pairs``,
         ``doc_stride``, ``max_query_len``, ``max_qa_len``, ``num_choices``).
-      max_seq_len: L, the longest input of every signature (requests are padded to their longest row).
+      max_seq_len: L, the longest input of every signature (requests are padded to their longest row); for
+        a model reading long documents (``long_doc`` "memory"), the segment length, and inputs take up to
+        ``max_doc_len`` tokens (the segments run in a ``tf.while_loop`` carrying the memory).
     Returns:
       ``(root, signatures)``: the root object holding the tokenizer and the model's variables, and the
       concrete functions by signature name (``serving_default``, ``encode``, ``tokenize``, ``predict_ids``).
     """
+    from xlnet_tf.training.finetune import config_doc_len
+
     task = finetune_config["task"]
     length = max_seq_len
-    g = _Graphs(model, tokenizer, length)
+    doc_len = config_doc_len(finetune_config)
+    g = _Graphs(model, tokenizer, length, doc_len)
     root = _Root()
     root.tokenizer = tokenizer
     root.variables = _backing(model.variables)
@@ -211,7 +229,7 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
 
         @_fn(_ids_spec(("input_ids", "segment_ids", "padding_mask")))
         def predict_ids(input_ids, segment_ids, padding_mask):
-            _check_width([input_ids, segment_ids, padding_mask], length)
+            _check_width([input_ids, segment_ids, padding_mask], g.width, doc_len and length)
             return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask})
 
     elif task == "squad":
@@ -262,7 +280,7 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
                 _same_batch(article, question, options)
                 qa = gf.race_qa_text(question, options)
                 features = gf.race_inputs(g.token_ids(article), g.token_ids(tf.reshape(qa, [-1])), choices, length,
-                                          max_qa_len, pad_to_multiple=PAD_MULTIPLE)
+                                          max_qa_len, pad_to_multiple=PAD_MULTIPLE, max_doc_len=doc_len)
                 features = {k: tf.reshape(features[k], [-1, choices, tf.shape(features[k])[-1]])
                             for k in ("input_ids", "segment_ids", "padding_mask")}
             logits = g.head(features)["logits"]
@@ -271,7 +289,7 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
 
         @_fn(_ids_spec(("input_ids", "segment_ids", "padding_mask"), choices))
         def predict_ids(input_ids, segment_ids, padding_mask):
-            _check_width([input_ids, segment_ids, padding_mask], length)
+            _check_width([input_ids, segment_ids, padding_mask], g.width, doc_len and length)
             return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask})
     else:
         raise ValueError(f"unknown task {task!r}")

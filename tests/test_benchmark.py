@@ -1,6 +1,7 @@
 """The benchmark suite: FLOP counts by hand, the synthetic batches, the SST-2 length histogram and its seeded
-sampler, the plan of cases, targets and report on fabricated rows (step cases and the lengths tasks), the
-worker's statuses, and one tiny end-to-end run of `xlnet-tf benchmark --quick`.
+sampler, the plan of cases, targets and report on fabricated rows (step cases, the lengths and the documents
+tasks), the worker's statuses, one tiny end-to-end run of `xlnet-tf benchmark --quick` and one tiny run of the
+documents tasks in process.
 
 Speed is never asserted; every checked figure is printed next to its bound (run with -s to see them).
 """
@@ -17,12 +18,12 @@ import numpy as np
 import pytest
 
 from xlnet_tf import cli
-from xlnet_tf.benchmarks import report
+from xlnet_tf.benchmarks import report, suite
 from xlnet_tf.benchmarks.common import (LENGTHS_FILE, Case, length_examples, length_histogram, sample_lengths,
                                         synthetic_batch)
 from xlnet_tf.benchmarks.flops import step_flops
-from xlnet_tf.benchmarks.suite import (LENGTH_CASES, BenchmarkOptions, add_ratios, evaluate_targets, machine_info,
-                                       plan_cases, summarize)
+from xlnet_tf.benchmarks.suite import (LENGTH_CASES, BenchmarkOptions, add_ratios, document_growth, evaluate_targets,
+                                       machine_info, plan_cases, summarize)
 
 SMALL = {"n_token": 50, "d_model": 8, "n_layer": 2, "n_head": 2, "d_head": 4, "d_inner": 16}
 
@@ -412,10 +413,155 @@ def test_cli_end_to_end(tmp_path):
 
 @pytest.mark.parametrize("flags, named", [(["--tasks", "inference,nope"], "--tasks"),
                                           (["--iterations", "0"], "--iterations"),
-                                          (["--lengths-batch-size", "0"], "--lengths-batch-size")])
+                                          (["--lengths-batch-size", "0"], "--lengths-batch-size"),
+                                          (["--documents-batch-size", "0"], "--documents-batch-size")])
 def test_cli_flag_errors(capsys, tmp_path, flags, named):
     code = cli.main(["benchmark", "--output-dir", str(tmp_path / "never"), *flags])
     err = capsys.readouterr().err
     print(f"{flags}: exit {code} (bound == 2), stderr {err.strip()!r}")
     assert code == 2 and named in err
     assert not (tmp_path / "never").exists()
+
+
+def test_plan_document_cases():
+    """Not in a default run; asked for: one fine-tuning case per S = 1, 2, 4, 8 and one export timed at all."""
+    default = plan_cases(BenchmarkOptions())
+    print(f"default tasks {BenchmarkOptions().tasks} (bound without documents)")
+    assert "documents" not in BenchmarkOptions().tasks and not [c for c in default if c.task.startswith("documents")]
+    cases = plan_cases(BenchmarkOptions(tasks=("documents",), implementations=("xlnet-tf", "xlnet-tf-savedmodel")))
+    tune = [c for c in cases if c.task == "documents-finetune"]
+    latency = [c for c in cases if c.task == "documents-latency"]
+    print(f"fine-tuning segments {[c.segments for c in tune]} (bound (1,), (2,), (4,), (8,)); latency segments "
+          f"{[c.segments for c in latency]} (bound one case, (1, 2, 4, 8)); cases {len(cases)} (bound == 5)")
+    assert [c.segments for c in tune] == [(1,), (2,), (4,), (8,)] and len(cases) == 5
+    assert [(c.implementation, c.segments) for c in latency] == [("xlnet-tf-savedmodel", (1, 2, 4, 8))]
+    for case in tune:
+        print(f"{case.label()}: batch {case.batch_size} (bound 4), warm-up {case.warmup} (bound 2), timed "
+              f"{case.iterations} (bound 5)")
+        assert (case.batch_size, case.seq_len, case.warmup, case.iterations) == (4, 128, 2, 5)
+    (case,) = latency
+    print(f"{case.label()}: batch {case.batch_size} (bound 1), requests {case.iterations} after {case.warmup} "
+          f"(bound 50 after 10)")
+    assert (case.batch_size, case.iterations, case.warmup) == (1, 50, 10)
+    assert case.label() == "xlnet-tf-savedmodel documents-latency S=1,2,4,8 T=128 float32"
+    for case in cases:
+        assert case.precision == "float32" and not case.xla
+        values = case.to_dict()
+        assert values["segments"] == list(case.segments) and "padding" not in values and "sample_size" not in values
+        assert Case.from_dict(json.loads(json.dumps(values))) == case
+    only_ours = plan_cases(BenchmarkOptions(tasks=("documents",), implementations=("xlnet-tf",),
+                                            documents_batch_size=2))
+    assert [(c.task, c.batch_size) for c in only_ours] == [("documents-finetune", 2)] * 4
+
+
+def fabricated_document_results():
+    """Rows of the documents tasks as `summarize` makes them: fine-tuning batch 4 at S = 1 (median 1 s: 4
+    examples/s), 2 (2 s), 8 (4 s), S = 4 failed; latency p50 10, 15, 30, 60 ms at S = 1, 2, 4, 8."""
+    options = BenchmarkOptions(size=SMALL, seq_len=128, long_seq_len=0, tasks=("documents",))
+    size = tuple(sorted(SMALL.items()))
+
+    def tune(segments, result):
+        case = Case("xlnet-tf", "documents-finetune", 4, 128, size=size, segments=(segments,))
+        return summarize(case, {"status": "ok", **result} if "status" not in result else result, {})
+
+    by_segments = [{"segments": s, "tokens": 128 * s - 2, "p50_ms": p50, "p99_ms": 2 * p50, "requests": 50}
+                   for s, p50 in ((1, 10.0), (2, 15.0), (4, 30.0), (8, 60.0))]
+    latency = Case("xlnet-tf-savedmodel", "documents-latency", 1, 128, size=size, segments=(1, 2, 4, 8))
+    rows = [tune(1, {"seconds": [1.0, 3.0, 1.0]}), tune(2, {"seconds": [2.0]}),
+            tune(4, {"status": "failed", "error": "MemoryError: too long"}), tune(8, {"seconds": [4.0]}),
+            summarize(latency, {"status": "ok", "by_segments": by_segments}, {})]
+    add_ratios(rows)
+    return {"machine": machine_info(), "matmul_peak_gflops": {}, "matmul": {"status": "ok"},
+            "options": {**dataclasses.asdict(options), "xla_modes": list(options.xla_modes)}, "rows": rows,
+            "targets": evaluate_targets(rows, options), "wall_s": 3.0}
+
+
+def test_document_growth_and_report(tmp_path, capsys):
+    results = fabricated_document_results()
+    report.write(results, str(tmp_path))
+    printed = capsys.readouterr().out
+    growth = {g["segments"]: g for g in document_growth(results["rows"])}
+    print(f"segments {sorted(growth)} (bound [1, 2, 4, 8])")
+    assert sorted(growth) == [1, 2, 4, 8]
+    check("S=1 examples/s (batch 4, median 1 s)", growth[1]["finetune_examples_per_s"], 4.0)
+    for segments, cost, latency in ((1, 1.0, 1.0), (2, 2.0, 1.5), (8, 4.0, 6.0)):
+        check(f"S={segments} seconds per example vs S=1", growth[segments]["finetune_cost_ratio"], cost)
+        check(f"S={segments} latency p50 vs S=1", growth[segments]["latency_ratio"], latency)
+    print(f"S=4 fine-tuning {growth[4]['finetune_examples_per_s']} (bound None: failed)")
+    assert growth[4]["finetune_examples_per_s"] is None and growth[4]["finetune_cost_ratio"] is None
+    check("S=4 latency p50 vs S=1", growth[4]["latency_ratio"], 3.0)
+    assert not [r for r in results["rows"] if "tokens_per_s" in r or "vs_transformers" in r]
+    markdown = report.format_markdown(results)
+    table = [line for line in markdown.splitlines() if line.startswith("| ")]
+    print(f"markdown table lines {len(table)} (bound == 1 header + 4 segment counts)")
+    assert len(table) == 5 and table[0].startswith("| S | tokens | fine-tuning examples/s |")
+    assert "| tokens/s |" not in markdown and "Long documents:" in markdown and "Real sentence lengths:" not in markdown
+    assert "| 1 | 128 | 4.00 | 1.00 | 126 | 10.0 | 20.0 | 1.00 |" in table
+    assert "| 8 | 1024 | 1.00 | 4.00 | 1,022 | 60.0 | 120.0 | 6.00 |" in table
+    assert "| 4 | 512 | failed (1) |  | 510 | 30.0 | 60.0 | 3.00 |" in table
+    assert "Linear growth in the segments: both ratios = S (1, 2, 4, 8)" in markdown
+    assert "MemoryError: too long" in markdown and "Linear growth" in printed
+    assert json.loads((tmp_path / "results.json").read_text())["rows"][4]["by_segments"][3]["p50_ms"] == 60.0
+
+
+def test_cli_documents_flags(monkeypatch, tmp_path):
+    """`--tasks documents --documents-batch-size N` reach the options; no default run includes documents."""
+    seen = []
+
+    def fake_run(options, output_dir):
+        seen.append(options)
+        return {"rows": []}
+
+    monkeypatch.setattr(suite, "run_benchmark", fake_run)
+    out = str(tmp_path / "out")
+    assert cli.main(["benchmark", "--tasks", "documents", "--documents-batch-size", "2", "--output-dir", out]) == 0
+    assert cli.main(["benchmark", "--output-dir", out]) == 0
+    print(f"tasks {[o.tasks for o in seen]}, documents batch {[o.documents_batch_size for o in seen]} "
+          f"(bound (documents,) with 2, then the default without documents, 4)")
+    assert seen[0].tasks == ("documents",) and seen[0].documents_batch_size == 2
+    assert "documents" not in seen[1].tasks and seen[1].documents_batch_size == 4
+
+
+def test_documents_run_in_process(monkeypatch, tmp_path):
+    """`run_benchmark` with the documents tasks at S = 1, 2 (the same code as 1, 2, 4, 8), every case measured
+    in this process (no worker start-up): a tiny model at seq_len 16, one step, one request, untimed
+    nothing. Its rows, growth, report table and results.json."""
+    from xlnet_tf.benchmarks.worker import measure_case, measure_matmul
+
+    def in_process(arguments, timeout):
+        return measure_matmul(64, 1) if arguments[0] == "--matmul" else measure_case(json.loads(arguments[0]))
+
+    monkeypatch.setattr(suite, "run_worker", in_process)
+    monkeypatch.setattr(suite, "DOCUMENT_CASES", (
+        ("xlnet-tf", "documents-finetune", (1,)), ("xlnet-tf", "documents-finetune", (2,)),
+        ("xlnet-tf-savedmodel", "documents-latency", (1, 2))))
+    options = BenchmarkOptions(size={**SMALL, "n_token": 2000}, seq_len=16, long_seq_len=0, tasks=("documents",),
+                               implementations=("xlnet-tf", "xlnet-tf-savedmodel"), warmup=0, iterations=1,
+                               latency_warmup=0, latency_requests=1, documents_batch_size=2)
+    results = suite.run_benchmark(options, str(tmp_path), progress=False)
+    rows = results["rows"]
+    print(f"rows {[(r['label'], r['status'], r.get('error')) for r in rows]} (bound 3, all ok)")
+    assert len(rows) == 3 and all(r["status"] == "ok" for r in rows)
+    for row in rows[:2]:
+        print(f"{row['label']}: {row['examples_per_s']:.2f} examples/s (bound > 0, finite), row tokens "
+              f"{row['row_tokens']} (bound 16 S), mem_len {row['mem_len']} (bound 16), loss {row['loss_first']:.3f} "
+              f"(bound finite)")
+        assert math.isfinite(row["examples_per_s"]) and row["examples_per_s"] > 0
+        assert row["row_tokens"] == 16 * row["segments"][0] and row["mem_len"] == 16
+        assert math.isfinite(row["loss_first"]) and row["timed_examples"] == 2
+    growth = results["documents"]
+    print(f"growth {growth} (bound S 1, 2; ratios 1 at S=1, positive and finite)")
+    assert [g["segments"] for g in growth] == [1, 2]
+    assert growth[0]["finetune_cost_ratio"] == 1.0 and growth[0]["latency_ratio"] == 1.0
+    for g in growth:
+        tokens, limit = g["latency_tokens"], 16 * g["segments"] - 2
+        print(f"S={g['segments']}: text {tokens} pieces (bound {limit - 16} < pieces <= {limit}: fills S segments)")
+        assert limit - 16 < tokens <= limit
+        for key in ("finetune_examples_per_s", "finetune_cost_ratio", "latency_p50_ms", "latency_ratio"):
+            assert math.isfinite(g[key]) and g[key] > 0, key
+    markdown = (tmp_path / "report.md").read_text()
+    table = [line for line in markdown.splitlines() if line.startswith("| ")]
+    print(f"report table lines {len(table)} (bound == 1 header + 2)")
+    assert len(table) == 3 and "Long documents:" in markdown and "| tokens/s |" not in markdown
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["documents"] == growth and saved["rows"][2]["by_segments"][1]["segments"] == 2

@@ -725,7 +725,10 @@ def real_exports(tmp_path_factory):
     shutil.copy(spm, work / "spm_dir" / "spiece.model")
     config = XLNetConfig(n_token=1000, d_model=32, n_layer=2, n_head=4, d_head=8, d_inner=64)
     tasks = {"cls": ("classification", dict(max_seq_len=32, num_labels=3, label_names=["negative", "neutral", "positive"])),
-             "squad": ("squad", dict(max_seq_len=48, start_n_top=5, end_n_top=5, doc_stride=8, max_query_len=10))}
+             "squad": ("squad", dict(max_seq_len=48, start_n_top=5, end_n_top=5, doc_stride=8, max_query_len=10)),
+             # long documents: segments of 16 read with memory in a tf.while_loop
+             "doc": ("classification", dict(max_seq_len=16, num_labels=2, label_names=["no", "yes"], long_doc="memory",
+                                            max_doc_len=64, mem_len=48))}
     paths = {}
     for index, (name, (task, extra)) in enumerate(tasks.items()):
         keras.utils.set_random_seed(200 + index)
@@ -748,12 +751,12 @@ def test_real_tiny_export_end_to_end(real_exports):
     config = work / "models.config"
     config.write_text("model_config_list {\n" + "".join(
         f'  config {{ name: "{name}" base_path: "{work / "serving" / name}" model_platform: "tensorflow" }}\n'
-        for name in ("cls", "squad")) + "}\n")
+        for name in ("cls", "squad", "doc")) + "}\n")
     instance = serve(model_config_file=str(config), port=0, rest_api_port=0, enable_batching=True,
                      batching_parameters={"max_batch_size": 16, "batch_timeout_micros": 2000, "num_batch_threads": 2},
                      poll_interval=0).start()
     try:
-        for name in ("cls", "squad"):
+        for name in ("cls", "squad", "doc"):
             (state,) = Client(instance.grpc_target, name).status()
             check(f"{name} version 1 state after load + warmup", state["state"],
                   "AVAILABLE (what TF Serving's loader accepts: restore op + init op in a TF1 Session)",
@@ -767,7 +770,7 @@ def test_real_tiny_export_end_to_end(real_exports):
             check(f"{name} warmup requests replayed at load", servable.warmup_requests_run, f"== {records} records",
                   servable.warmup_requests_run == records)
 
-        loaded = {name: tf.saved_model.load(real_exports[name]) for name in ("cls", "squad")}
+        loaded = {name: tf.saved_model.load(real_exports[name]) for name in ("cls", "squad", "doc")}
 
         def in_process(name, signature, **inputs):
             function = loaded[name].signatures[signature]
@@ -787,6 +790,12 @@ def test_real_tiny_export_end_to_end(real_exports):
         _compare("real cls via REST (row format)",
                  {"probabilities": np.array([r["probabilities"] for r in body["predictions"]], np.float32)},
                  {"probabilities": want["probabilities"]}, atol=1e-5)
+
+        # 1, 2 and 4 segments of 16 (the last truncated to max_doc_len 64) in one request: padded segments too
+        documents = [REAL_TEXTS[0], " ".join(REAL_TEXTS[:2]), " ".join(REAL_TEXTS * 4)]
+        _compare("real long-document classifier (tf.while_loop over segments) via gRPC",
+                 Client(instance.grpc_target, "doc").predict({"text": documents}),
+                 in_process("doc", "serving_default", text=documents), atol=1e-5)
 
         qa = Client(instance.grpc_target, "squad")
         questions = ["What is XLNet?", "Qui sert une crème brûlée ?"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import sys
@@ -51,7 +52,8 @@ def _benchmark(args):
     from xlnet_tf.benchmarks.suite import IMPLEMENTATIONS, BenchmarkOptions, run_benchmark
     from xlnet_tf.config import MODEL_SIZES
 
-    for flag in ("batch_size", "seq_len", "iterations", "long_iterations", "lengths_batch_size", "lengths_steps"):
+    for flag in ("batch_size", "seq_len", "iterations", "long_iterations", "lengths_batch_size", "lengths_steps",
+                 "documents_batch_size"):
         if getattr(args, flag) < 1:
             raise UserError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     if args.warmup < 0 or args.long_seq_len < 0:
@@ -69,6 +71,7 @@ def _benchmark(args):
         "implementations": _comma_list("--implementations", args.implementations, IMPLEMENTATIONS),
         "warmup": args.warmup, "iterations": args.iterations, "long_iterations": args.long_iterations,
         "lengths_batch_size": args.lengths_batch_size, "lengths_steps": args.lengths_steps, "timeout": args.timeout,
+        "documents_batch_size": args.documents_batch_size,
         **quick,
     })
     results = run_benchmark(options, args.output_dir)
@@ -123,14 +126,23 @@ def _finetune(args):
 
     from xlnet_tf.config import RunOptions, XLNetConfig
     from xlnet_tf.model import CONFIG_FILE, SPM_FILE
-    from xlnet_tf.training.finetune import FinetuneSetup, run_finetuning
+    from xlnet_tf.training.finetune import FinetuneSetup, parse_widths, run_finetuning
     from xlnet_tf.training.pretrain import resolve_config
-
-    from xlnet_tf.data.buckets import parse_boundaries
 
     if (args.train_steps is None) == (args.epochs is None):
         raise UserError("give exactly one of --train-steps and --epochs")
-    parse_boundaries(args.bucket_boundaries, args.max_seq_len)  # a bad value fails before any work
+    if args.long_doc == "truncate" and (args.max_doc_len or args.mem_len or args.grad_segments != 1):
+        raise UserError("--max-doc-len, --mem-len and --grad-segments need --long-doc memory")
+    setup = functools.partial(
+        FinetuneSetup, task=args.task, train_file=args.train_file, eval_file=args.eval_file, model_dir=args.model_dir,
+        lower_case=args.lower_case, init_checkpoint=args.init_checkpoint, max_seq_len=args.max_seq_len,
+        doc_stride=args.doc_stride, max_query_len=args.max_query_len, epochs=args.epochs,
+        mixed_precision=args.mixed_precision, bucket_boundaries=args.bucket_boundaries, long_doc=args.long_doc,
+        max_doc_len=args.max_doc_len, mem_len=args.mem_len, grad_segments=args.grad_segments,
+        run_options=RunOptions(dropout=args.dropout, dropatt=args.dropatt),
+    )
+    probe = setup(config=None, spm_model=None)  # bad flags fail before any work
+    parse_widths(args.bucket_boundaries, args.max_seq_len, probe.doc_len)
     strategy = _start_run(args)
     spm = args.spm_model or (args.init_checkpoint and os.path.join(args.init_checkpoint, SPM_FILE))
     if not spm or not os.path.exists(spm):
@@ -143,13 +155,7 @@ def _finetune(args):
         from xlnet_tf.tokenization import XLNetTokenizer
 
         config = resolve_config(args.config, args.model_size, XLNetTokenizer(spm).vocab_size)
-    setup = FinetuneSetup(
-        task=args.task, train_file=args.train_file, eval_file=args.eval_file, model_dir=args.model_dir,
-        config=config, run_options=RunOptions(dropout=args.dropout, dropatt=args.dropatt), spm_model=spm,
-        lower_case=args.lower_case, init_checkpoint=args.init_checkpoint, max_seq_len=args.max_seq_len,
-        doc_stride=args.doc_stride, max_query_len=args.max_query_len, epochs=args.epochs,
-        mixed_precision=args.mixed_precision, bucket_boundaries=args.bucket_boundaries,
-    )
+    setup = setup(config=config, spm_model=spm)
     # With --epochs the step count is set once the training file is read.
     options = _training_options(_with_steps(args, args.train_steps or 1), layer_decay=args.layer_decay)
     trainer, records, results = run_finetuning(setup, options, strategy)
@@ -289,6 +295,16 @@ def build_parser():
                                "padded to its stratum's width (auto: up to 4 strata chosen from the training "
                                "file; none: every row padded to --max-seq-len; L1,L2,...: these widths); "
                                "evaluate and predict batch by the same widths")
+    finetune.add_argument("--long-doc", choices=["truncate", "memory"], default="truncate",
+                          help="texts longer than --max-seq-len: truncate (one window, the original's) or memory "
+                               "(classification, regression, race: up to --max-doc-len tokens read as segments of "
+                               "--max-seq-len, each attending to the Transformer-XL memory of the ones before)")
+    finetune.add_argument("--max-doc-len", type=int, help="with --long-doc memory: tokens kept per document")
+    finetune.add_argument("--mem-len", type=int, default=0,
+                          help="with --long-doc memory: memory positions per layer (default: every earlier segment)")
+    finetune.add_argument("--grad-segments", type=int, default=1,
+                          help="with --long-doc memory: segments that receive gradient (1: the last only, memory "
+                               "without gradient as the paper's stop_gradient)")
     finetune.set_defaults(run=_finetune, learning_rate=2e-5, batch_size=32, save_every=500)
 
     evaluate = commands.add_parser("evaluate", help="metrics of a fine-tuned model on a labelled file")
@@ -344,7 +360,9 @@ def build_parser():
     bench.add_argument("--long-seq-len", type=int, default=512,
                        help="also inference, and pretraining memory, at this length (0: off)")
     bench.add_argument("--tasks", default="inference,finetune,pretrain,lengths",
-                       help="lengths: fine-tuning, predict and the export's latency on SST-2 sentence lengths")
+                       help="lengths: fine-tuning, predict and the export's latency on SST-2 sentence lengths; "
+                            "documents (not by default): fine-tuning examples/s and the export's latency on long "
+                            "documents of 1, 2, 4 and 8 segments of --seq-len read with memory")
     bench.add_argument("--precisions", default="float32,bfloat16", help="of xlnet-tf (references: float32)")
     bench.add_argument("--xla", default="both", choices=("both", "on", "off"))
     bench.add_argument("--implementations", default="xlnet-tf,xlnet-tf-savedmodel,keras-hub,model-garden,transformers",
@@ -355,6 +373,8 @@ def build_parser():
     bench.add_argument("--lengths-batch-size", type=int, default=32, help="batch of the lengths tasks")
     bench.add_argument("--lengths-steps", type=int, default=20,
                        help="timed fine-tuning steps of the lengths task (after warm-up steps of every bucket)")
+    bench.add_argument("--documents-batch-size", type=int, default=4,
+                       help="documents per fine-tuning batch of the documents task")
     bench.add_argument("--timeout", type=float, default=1800.0, help="seconds per case")
     bench.add_argument("--quick", action="store_true",
                        help="3 timed steps after 1, no XLA, no long sequences, a few lengths steps and requests: "

@@ -84,7 +84,10 @@ class _HeadModel(keras.Model):
         self.config = config
         self.run_options = run_options or RunOptions()
         self.head_config = head
-        self.transformer = XLNetModel(config, self.run_options, name="transformer", dtype=self.dtype_policy)
+        encoder_options = self.run_options
+        if head.get("segment_len"):
+            encoder_options = encoder_options.replace(mem_len=head["mem_len"], reuse_len=0)
+        self.transformer = XLNetModel(config, encoder_options, name="transformer", dtype=self.dtype_policy)
         self._sub = {"dtype": self.dtype_policy, "initializer_range": self.run_options.initializer_range}
 
     def encode(self, inputs, training, output_positions=None):
@@ -96,9 +99,18 @@ class _HeadModel(keras.Model):
 
     def encode_last(self, inputs, training):
         """The encoder's output at the last position (the <cls>), [B, 1, d]: all the "last" summary reads, so
-        the encoder's last layer computes only that row."""
+        the encoder's last layer computes only that row.
+
+        With `segment_len` (long documents), rows of S * segment_len positions are read as S segments with
+        Transformer-XL memory (`XLNetModel.encode_document`) and the last segment's <cls> is returned.
+        """
         shape = tf.shape(inputs["input_ids"])
-        return self.encode(inputs, training, output_positions=tf.fill([shape[0], 1], shape[1] - 1))
+        segment_len = self.head_config.get("segment_len", 0)
+        if not segment_len:
+            return self.encode(inputs, training, output_positions=tf.fill([shape[0], 1], shape[1] - 1))
+        encoder_inputs = {k: inputs[k] for k in ENCODER_INPUTS if k in inputs}
+        return self.transformer.encode_document(encoder_inputs, segment_len, self.head_config.get("grad_segments", 1),
+                                                training, output_positions=tf.fill([shape[0], 1], segment_len - 1))
 
     def get_config(self):
         return {"name": self.name, "config": self.config.to_dict(), "run_options": self.run_options.to_dict(),
@@ -122,11 +134,18 @@ class _HeadModel(keras.Model):
         status.assert_existing_objects_matched()
 
 
+# Long documents (sequence heads): `segment_len` L > 0 reads rows of S * L positions as S segments, each attending
+# to the memory of the ones before (`mem_len` positions per layer), memory keeping its gradient for the last
+# `grad_segments` segments. The memory lives inside one document: run_options.mem_len (memory carried from batch
+# to batch, as pretraining does) stays as given.
+DOCUMENT_KWARGS = ("segment_len", "mem_len", "grad_segments")
+
+
 class XLNetForSequenceClassification(_HeadModel):
     """Classification (num_labels classes) or regression (num_labels = 1): `logits` [B, num_labels], or
-    `predictions` [B] for regression."""
+    `predictions` [B] for regression. With `segment_len`, long documents are read with memory (`encode_last`)."""
 
-    head_kwargs = ("num_labels", "regression")
+    head_kwargs = ("num_labels", "regression") + DOCUMENT_KWARGS
 
     def __init__(self, config, run_options=None, num_labels=2, regression=False, **kwargs):
         super().__init__(config, run_options, num_labels=num_labels, regression=regression, **kwargs)
@@ -147,7 +166,10 @@ class XLNetForSequenceClassification(_HeadModel):
 
 
 class XLNetForMultipleChoice(_HeadModel):
-    """Every option scored by one shared head: inputs [B, C, T] -> `logits` [B, C] (softmax over options)."""
+    """Every option scored by one shared head: inputs [B, C, T] -> `logits` [B, C] (softmax over options).
+    With `segment_len`, long articles are read with memory (`encode_last`)."""
+
+    head_kwargs = DOCUMENT_KWARGS
 
     def __init__(self, config, run_options=None, **kwargs):
         super().__init__(config, run_options, **kwargs)
@@ -275,21 +297,29 @@ TASKS = ("classification", "regression", "squad", "race")
 def build_head_model(task, config, run_options=None, dtype=None, **head):
     """The head model for a task: classification (num_labels), regression, squad (start_n_top, end_n_top),
     race (multiple choice)."""
+    document = {k: head[k] for k in DOCUMENT_KWARGS if k in head} if head.get("segment_len") else {}
+    if document and task == "squad":
+        raise ConfigError("long documents with memory (segment_len) are for classification, regression and race")
     if task == "classification":
-        return XLNetForSequenceClassification(config, run_options, num_labels=head.get("num_labels", 2), dtype=dtype)
+        return XLNetForSequenceClassification(config, run_options, num_labels=head.get("num_labels", 2), dtype=dtype,
+                                              **document)
     if task == "regression":
-        return XLNetForSequenceClassification(config, run_options, regression=True, dtype=dtype)
+        return XLNetForSequenceClassification(config, run_options, regression=True, dtype=dtype, **document)
     if task == "squad":
         return XLNetForQuestionAnswering(config, run_options, start_n_top=head.get("start_n_top", 5),
                                          end_n_top=head.get("end_n_top", 5), dtype=dtype)
     if task == "race":
-        return XLNetForMultipleChoice(config, run_options, dtype=dtype)
+        return XLNetForMultipleChoice(config, run_options, dtype=dtype, **document)
     raise ConfigError(f"task must be one of {TASKS}, got {task!r}")
 
 
 def head_arguments(finetune_config):
+    """`build_head_model`'s head arguments recorded in a finetune_config (long documents: segment_len)."""
     keys = ("num_labels", "start_n_top", "end_n_top")
-    return {k: finetune_config[k] for k in keys if k in finetune_config}
+    head = {k: finetune_config[k] for k in keys if k in finetune_config}
+    if finetune_config.get("long_doc") == "memory":
+        head.update(segment_len=finetune_config["max_seq_len"], mem_len=finetune_config["mem_len"])
+    return head
 
 
 def save_finetuned(model, path, finetune_config, extra_files=()):

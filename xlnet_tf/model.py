@@ -24,16 +24,17 @@ SPM_FILE = "spiece.model"
 MODEL_INPUTS = ("input_ids", "segment_ids", "padding_mask", "perm_mask", "target_mapping")
 
 
-def cache_memory(hidden, previous, mem_len, reuse_len):
+def cache_memory(hidden, previous, mem_len, reuse_len, stop_gradient=True):
     """The original's `_cache_mem`: [B, T, d] hidden (and [B, M, d] previous memory) -> [B, <=mem_len, d].
 
     The first `reuse_len` positions (all when 0) are appended to the previous memory and the last `mem_len`
-    kept, without gradient.
+    kept, without gradient (as the original) unless `stop_gradient=False`.
     """
     current = hidden[:, :reuse_len] if reuse_len > 0 else hidden
     if previous is not None:
         current = tf.concat([tf.cast(previous, current.dtype), current], axis=1)
-    return tf.stop_gradient(current[:, -mem_len:])
+    current = current[:, -mem_len:]
+    return tf.stop_gradient(current) if stop_gradient else current
 
 
 class XLNetModel(keras.Model):
@@ -42,7 +43,9 @@ class XLNetModel(keras.Model):
     Call with a dict: `input_ids` [B, T] int; optional `segment_ids` [B, T] (no segment term when absent),
     `padding_mask` [B, T] (1 = real token; all real when absent), `perm_mask` [B, T, T] (1 = position i may
     NOT attend to j), `target_mapping` [B, P, T] (one-hot rows, or all-zero rows for padded targets); and
-    `mems=` a list of n_layer [B, M, d_model] tensors.
+    `mems=` a list of n_layer [B, M, d_model] tensors, with `mems_valid=` [B, M] (1 = a real memory position;
+    all visible when absent; not named `mems_mask`, which Keras fills with the mems' Keras masks) and
+    `mems_gradient=True` to keep the gradient through `new_mems`.
 
     `output_positions=` [B, S] int32 (optional) names the positions whose `sequence_output` is read: the last
     layer then computes the content stream only there (a classifier reads one position; pretraining, with
@@ -103,7 +106,8 @@ class XLNetModel(keras.Model):
     def _layer_bias(self, bias, layer):
         return bias[layer] if self.config.untie_r else bias
 
-    def call(self, inputs, mems=None, training=False, return_attention=False, output_positions=None):
+    def call(self, inputs, mems=None, training=False, return_attention=False, output_positions=None, mems_valid=None,
+             mems_gradient=False):
         unknown = sorted(set(inputs) - set(MODEL_INPUTS))
         if unknown:
             raise ValueError(f"XLNetModel: unknown input(s) {unknown}; allowed: {list(MODEL_INPUTS)}")
@@ -119,7 +123,7 @@ class XLNetModel(keras.Model):
         klen = mlen + qlen
 
         content_blocked, query_blocked = masks.attention_blocked(
-            padding_mask, inputs.get("perm_mask"), mlen, run.attn_type, run.same_length
+            padding_mask, inputs.get("perm_mask"), mlen, run.attn_type, run.same_length, mems_valid
         )
         segment_ids = inputs.get("segment_ids")
         segment_diff = None if segment_ids is None else masks.segment_different(segment_ids, mlen)
@@ -152,7 +156,7 @@ class XLNetModel(keras.Model):
             is_last = i == cfg.n_layer - 1
             only_rows = {"content_positions": output_positions} if is_last and output_positions is not None else {}
             if run.mem_len > 0:
-                new_mems.append(cache_memory(content, layer_mems, run.mem_len, run.reuse_len))
+                new_mems.append(cache_memory(content, layer_mems, run.mem_len, run.reuse_len, not mems_gradient))
             content, query, *probs = block(
                 content,
                 query,
@@ -177,6 +181,62 @@ class XLNetModel(keras.Model):
         if return_attention:
             outputs["attention"] = attention
         return outputs
+
+    def encode_document(self, inputs, segment_len, grad_segments=1, training=False, output_positions=None):
+        """Segment recurrence: a document [B, S * segment_len] read as S segments in order, each attending to
+        the memory of the ones before it (the last `run_options.mem_len` positions, padding masked).
+
+        inputs: `input_ids`, optional `segment_ids` and `padding_mask` [B, S * segment_len]. Returns the last
+        segment's `sequence_output` [B, segment_len, d_model] ([B, P, d_model] at `output_positions` [B, P],
+        positions within the last segment). Memory keeps its gradient for the last `grad_segments` segments
+        only (1: none, as the original's stop_gradient). A static width runs the segments unrolled (one
+        segment: exactly one plain call); an unknown width runs them in a `tf.while_loop` carrying the memory.
+        """
+        if self.run_options.mem_len <= 0:
+            raise ValueError("encode_document needs run_options.mem_len > 0")
+        inputs = {k: tf.convert_to_tensor(v) for k, v in inputs.items()}
+        ids = inputs["input_ids"]
+        if "padding_mask" not in inputs:
+            inputs["padding_mask"] = tf.ones_like(ids, tf.int32)
+        length = segment_len
+
+        def segment(k):
+            return {key: value[:, k * length:(k + 1) * length] for key, value in inputs.items()}
+
+        def read(k, mems, mems_valid, keep_gradient):
+            """Runs segment k (all but the last): the next memory and its mask."""
+            part = segment(k)
+            nothing = tf.zeros([tf.shape(ids)[0], 0], tf.int32)  # no output rows: only the memory is kept
+            out = self(part, mems=mems, mems_valid=mems_valid, training=training, output_positions=nothing,
+                       mems_gradient=keep_gradient)
+            return out["new_mems"], masks.cache_mask(mems_valid, part["padding_mask"], self.run_options.mem_len)
+
+        width = ids.shape[1]
+        if width is not None:
+            if width % length:
+                raise ValueError(f"encode_document: width {width} is not a multiple of segment_len {length}")
+            count = width // length
+            mems = mems_valid = None
+            for k in range(count - 1):
+                mems, mems_valid = read(k, mems, mems_valid, keep_gradient=k >= count - grad_segments)
+        else:
+            width = tf.shape(ids)[1]
+            tf.debugging.assert_equal(width % length, 0, message=f"the width must be a multiple of {length}")
+            count = width // length
+            d_model = self.config.d_model
+            start = [tf.zeros([tf.shape(ids)[0], 0, d_model], self.compute_dtype) for _ in self.blocks]
+            start_mask = tf.zeros([tf.shape(ids)[0], 0], inputs["padding_mask"].dtype)
+
+            def body(k, mems_valid, *mems):
+                new_mems, new_mask = read(k, list(mems), mems_valid, keep_gradient=False)
+                return (k + 1, new_mask, *new_mems)
+
+            invariants = [tf.TensorShape([]), tf.TensorShape([None, None])]
+            invariants += [tf.TensorShape([None, None, d_model])] * len(start)
+            _, mems_valid, *mems = tf.while_loop(lambda k, *_: k < count - 1, body, [tf.constant(0), start_mask, *start],
+                                                shape_invariants=invariants)
+        return self(segment(count - 1), mems=mems, mems_valid=mems_valid, training=training,
+                    output_positions=output_positions)["sequence_output"]
 
     def get_config(self):
         return {"name": self.name, "config": self.config.to_dict(), "run_options": self.run_options.to_dict()}

@@ -109,6 +109,12 @@ def _unique(values):
     return list(index), np.array([index[v] for v in values], np.int64)
 
 
+def _check_doc_len(max_seq_len, max_doc_len):
+    if max_doc_len is not None and max_doc_len < max_seq_len:
+        raise UserError(f"max_doc_len ({max_doc_len}) must be at least max_seq_len ({max_seq_len}), the segment "
+                        f"length.")
+
+
 # ----------------------------------------------------------------------------------------------------
 # Classification / regression
 
@@ -120,7 +126,7 @@ def _sort_labels(labels):
         return sorted(labels)
 
 
-def classification_features(examples, tokenizer, max_seq_len, label_list=None):
+def classification_features(examples, tokenizer, max_seq_len, label_list=None, max_doc_len=None):
     """Classification / regression features (``graph_features.classification_inputs``).
 
     Args:
@@ -130,14 +136,17 @@ def classification_features(examples, tokenizer, max_seq_len, label_list=None):
       max_seq_len: L, at least 3.
       label_list: classification label strings in id order; default: the labels present, sorted
         (numerically when they are all integers). Ignored for regression.
+      max_doc_len: None (one window), or N: long documents read as segments of L with memory (rows of
+        ``graph_features.document_width(L, N)`` positions; see ``graph_features.classification_inputs``).
     Returns:
       ``(features, report)``. features: ``input_ids``, ``segment_ids``, ``padding_mask`` int32 [N, L]
-      (left-padded), ``cls_index`` int32 [N] (= L - 1), ``length`` int32 [N] (real tokens), ``label_ids``
+      (left-padded; [N, W] for documents), ``cls_index`` int32 [N] (= L - 1), ``length`` int32 [N] (real tokens), ``label_ids``
       [N] int32 (classification; -1 without labels) or float32 (regression). report: ``examples``,
       ``pairs``, ``truncated`` (examples that lost tokens), ``truncated_indices``, ``label_list``, ``task``.
     """
     if max_seq_len < 3:
         raise UserError(f"max_seq_len must be at least 3 (A <sep> B <sep> <cls>), got {max_seq_len}.")
+    _check_doc_len(max_seq_len, max_doc_len)
     n = len(examples)
     labels = [e.label for e in examples]
     if all(lab is None for lab in labels):
@@ -165,7 +174,7 @@ def classification_features(examples, tokenizer, max_seq_len, label_list=None):
 
     ids_a = token_ids(tokenizer, [e.text_a for e in examples])
     ids_b = token_ids(tokenizer, [e.text_b or "" for e in examples])
-    build = _traced(gf.classification_inputs, max_seq_len=max_seq_len)
+    build = _traced(gf.classification_inputs, max_seq_len=max_seq_len, max_doc_len=max_doc_len)
     features = _build_in_chunks(n, lambda lo, hi: build(ids_a[lo:hi], ids_b[lo:hi]))
     truncated = np.nonzero(features.pop("truncated"))[0].tolist()
     pairs = int(features.pop("has_b").sum())
@@ -260,11 +269,12 @@ def squad_features(examples, tokenizer, max_seq_len=512, doc_stride=128, max_que
 # RACE
 
 
-def race_features(examples, tokenizer, max_seq_len=512, max_qa_len=128):
+def race_features(examples, tokenizer, max_seq_len=512, max_qa_len=128, max_doc_len=None):
     """RACE multiple-choice features, one row per question with C option rows (``graph_features.race_inputs``).
 
     ``article <sep> qa <sep> <cls>`` per option, ``qa = race_qa_text(question, option)``, padded on the LEFT;
-    qa keeps its LAST ``max_qa_len`` tokens, the article its FIRST ``max_seq_len - 3 - len(qa)``.
+    qa keeps its LAST ``max_qa_len`` tokens, the article its FIRST ``max_seq_len - 3 - len(qa)``
+    (``max_doc_len - 3 - len(qa)`` for long articles read with memory, rows of whole segments of L).
 
     Returns:
       ``(features, report)``. features, C choices: ``input_ids``, ``segment_ids``, ``padding_mask``
@@ -274,6 +284,8 @@ def race_features(examples, tokenizer, max_seq_len=512, max_qa_len=128):
     """
     if max_qa_len < 1 or max_qa_len > max_seq_len - 3:
         raise UserError(f"max_qa_len ({max_qa_len}) must be between 1 and max_seq_len - 3 ({max_seq_len - 3}).")
+    _check_doc_len(max_seq_len, max_doc_len)
+    width = max_seq_len if max_doc_len is None else gf.document_width(max_seq_len, max_doc_len)
     n = len(examples)
     choices = {len(e.options) for e in examples}
     if len(choices) > 1:
@@ -285,18 +297,19 @@ def race_features(examples, tokenizer, max_seq_len=512, max_qa_len=128):
     options = tf.reshape(_as_strings([o for e in examples for o in e.options]), [n, c])
     qa_ids = token_ids(tokenizer, tf.reshape(gf.race_qa_text(questions, options), [-1]))
 
-    rows = _traced(gf.race_inputs, num_choices=c, max_seq_len=max_seq_len, max_qa_len=max_qa_len)
+    rows = _traced(gf.race_inputs, num_choices=c, max_seq_len=max_seq_len, max_qa_len=max_qa_len,
+                   max_doc_len=max_doc_len)
 
     def build(lo, hi):
         out = rows(tf.gather(article_ids, article_of[lo:hi]), qa_ids[lo * c:hi * c])
-        return {k: tf.reshape(v, [hi - lo, c, max_seq_len]) if k in ("input_ids", "segment_ids", "padding_mask")
+        return {k: tf.reshape(v, [hi - lo, c, width]) if k in ("input_ids", "segment_ids", "padding_mask")
                 else tf.reshape(v, [hi - lo, c]) for k, v in out.items()}
 
     out = _build_in_chunks(n, build)
-    features = {k: out[k].reshape([n, c, max_seq_len]) for k in ("input_ids", "segment_ids", "padding_mask")}
+    features = {k: out[k].reshape([n, c, width]) for k in ("input_ids", "segment_ids", "padding_mask")}
     features.update(
         label_ids=np.array([-1 if e.label is None else e.label for e in examples], np.int32).reshape([n]),
-        cls_index=np.full([n], max_seq_len - 1, np.int32),
+        cls_index=np.full([n], width - 1, np.int32),
         length=out["length"].reshape([n, c]).max(-1, initial=0).astype(np.int32))
     report = dict(examples=n, choices=c, articles_truncated=int(out["article_truncated"].sum()),
                   qa_truncated=int(out["qa_truncated"].sum()))

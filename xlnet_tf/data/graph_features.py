@@ -27,7 +27,7 @@ the same results. Each builder also returns ``length`` (real tokens per row).
 windows of each question, as tensors.
 
 Public API: ``byte_to_char_offsets``, ``keep_first``, ``keep_last``, ``pad_rows``, ``batch_width``,
-``pair_lengths``, ``classification_inputs``, ``squad_windows``, ``squad_answer_positions``,
+``pair_lengths``, ``document_width``, ``classification_inputs``, ``squad_windows``, ``squad_answer_positions``,
 ``squad_best_spans``, ``race_qa_text``, ``race_inputs``.
 """
 
@@ -143,7 +143,19 @@ def pair_lengths(len_a, len_b, max_len):
     return keep_a, keep_b
 
 
-def classification_inputs(ids_a, ids_b, max_seq_len, pad_to_multiple=None):
+def document_width(max_seq_len, max_doc_len):
+    """The row width of long documents: ``max_doc_len`` rounded up to whole segments of ``max_seq_len``."""
+    return -(-max_doc_len // max_seq_len) * max_seq_len
+
+
+def _row_width(length, max_seq_len, pad_to_multiple, max_doc_len):
+    """``batch_width`` for one window, or for documents (whole segments of ``max_seq_len``)."""
+    if max_doc_len is None:
+        return batch_width(length, max_seq_len, pad_to_multiple)
+    return batch_width(length, document_width(max_seq_len, max_doc_len), pad_to_multiple and max_seq_len)
+
+
+def classification_inputs(ids_a, ids_b, max_seq_len, pad_to_multiple=None, max_doc_len=None):
     """Encoder inputs for classification / regression.
 
     Args:
@@ -152,11 +164,18 @@ def classification_inputs(ids_a, ids_b, max_seq_len, pad_to_multiple=None):
         without tokens makes that example single-sentence (the original's ``if example.text_b``).
       max_seq_len: L (Python int, at least 3).
       pad_to_multiple: None (pad to L) or m (pad to the longest row rounded up to m; see ``batch_width``).
+      max_doc_len: None (one window of L), or N >= L: a long document of at most N tokens, read as
+        segments of L with memory. B keeps at most L - 3 tokens (``B <sep> <cls>`` lies in the last
+        segment), then the pair is truncated to N - 3 as the original truncates to L - 3 (with N = L this
+        is exactly the one-window rule); a single text keeps its first N - 2 tokens. Rows are left-padded
+        to whole segments: ``document_width`` (or, with ``pad_to_multiple``, the longest row rounded up
+        to a multiple of L), so the last segment always ends with the ``<cls>``.
     Returns:
       dict: int32 ``[B, W]`` ``input_ids``, ``segment_ids``, ``padding_mask`` (1 = real token), W = L or
       the batch's width; int32 ``[B]`` ``cls_index`` (= W - 1, the ``<cls>`` position) and ``length`` (real
       tokens); bool ``[B]`` ``has_b`` (a pair) and ``truncated`` (tokens were dropped).
     """
+    budget = max_seq_len if max_doc_len is None else max_doc_len
     ids_a = tf.cast(ids_a, tf.int32)
     len_a = ids_a.row_lengths()
     nrows = ids_a.nrows()
@@ -165,8 +184,8 @@ def classification_inputs(ids_a, ids_b, max_seq_len, pad_to_multiple=None):
     ids_b = tf.cast(ids_b, tf.int32)
     len_b = ids_b.row_lengths()
     has_b = len_b > 0
-    pair_a, pair_b = pair_lengths(len_a, len_b, max_seq_len - 3)
-    keep_a = tf.where(has_b, pair_a, tf.minimum(len_a, max_seq_len - 2))
+    pair_a, pair_b = pair_lengths(len_a, tf.minimum(len_b, max_seq_len - 3), budget - 3)
+    keep_a = tf.where(has_b, pair_a, tf.minimum(len_a, budget - 2))
     keep_b = tf.where(has_b, pair_b, tf.zeros_like(len_b))
     a, b = keep_first(ids_a, keep_a), keep_first(ids_b, keep_b)
     one = tf.ones_like(len_a)
@@ -176,7 +195,7 @@ def classification_inputs(ids_a, ids_b, max_seq_len, pad_to_multiple=None):
     segments = tf.concat([_fill_rows(keep_a + 1, SEG_A, tf.int32), _fill_rows(keep_b + b_sep, SEG_B, tf.int32),
                           _fill_rows(one, SEG_CLS, tf.int32)], 1)
     length = tokens.row_lengths()
-    width = batch_width(length, max_seq_len, pad_to_multiple)
+    width = _row_width(length, max_seq_len, pad_to_multiple, max_doc_len)
     return {
         "input_ids": pad_rows(tokens, width, PAD_ID, left=True),
         "segment_ids": pad_rows(segments, width, SEG_PAD, left=True),
@@ -444,7 +463,8 @@ def race_qa_text(questions, options):
     return tf.reshape(text, tf.shape(options))
 
 
-def race_inputs(article_ids, qa_ids, num_choices, max_seq_len, max_qa_len=128, pad_to_multiple=None):
+def race_inputs(article_ids, qa_ids, num_choices, max_seq_len, max_qa_len=128, pad_to_multiple=None,
+                max_doc_len=None):
     """Multiple-choice encoder inputs.
 
     Args:
@@ -453,6 +473,9 @@ def race_inputs(article_ids, qa_ids, num_choices, max_seq_len, max_qa_len=128, p
       num_choices: C (Python int).
       max_seq_len, max_qa_len: Python ints, ``1 <= max_qa_len <= max_seq_len - 3``.
       pad_to_multiple: None (pad to L) or m (pad to the batch's longest option row rounded up to m).
+      max_doc_len: None, or N >= L: long articles read with memory; the article keeps its first
+        N - 3 - len(qa) tokens (qa, ``<sep> <cls>`` lie in the last segment) and rows are left-padded to
+        whole segments of L, as ``classification_inputs``.
     Returns:
       dict: int32 ``[B * C, W]`` ``input_ids``, ``segment_ids``, ``padding_mask`` (reshape to ``[B, C, W]``
       for the head); per option row int32 ``length`` and bool ``article_truncated`` / ``qa_truncated``
@@ -465,7 +488,7 @@ def race_inputs(article_ids, qa_ids, num_choices, max_seq_len, max_qa_len=128, p
     qa = keep_last(qa, tf.minimum(qa.row_lengths(), max_qa_len))
     art = tf.gather(tf.cast(article_ids, tf.int32), tf.range(qa.nrows()) // num_choices)
     n_qa = qa.row_lengths()
-    keep = tf.minimum(art.row_lengths(), max_seq_len - 3 - n_qa)
+    keep = tf.minimum(art.row_lengths(), (max_doc_len or max_seq_len) - 3 - n_qa)
     article_truncated = keep < art.row_lengths()
     art = keep_first(art, keep)
     one = tf.ones_like(n_qa)
@@ -474,7 +497,7 @@ def race_inputs(article_ids, qa_ids, num_choices, max_seq_len, max_qa_len=128, p
     segments = tf.concat([_fill_rows(keep + 1, SEG_A, tf.int32), _fill_rows(n_qa + 1, SEG_B, tf.int32),
                           _fill_rows(one, SEG_CLS, tf.int32)], 1)
     length = tokens.row_lengths()
-    width = batch_width(length, max_seq_len, pad_to_multiple)
+    width = _row_width(length, max_seq_len, pad_to_multiple, max_doc_len)
     return {
         "input_ids": pad_rows(tokens, width, PAD_ID, left=True),
         "segment_ids": pad_rows(segments, width, SEG_PAD, left=True),

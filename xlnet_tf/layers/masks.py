@@ -2,7 +2,7 @@
 
 One polarity everywhere: a boolean `blocked[b, i, j]` is True where query position i may NOT attend to key
 position j (the original's `perm_mask` polarity). Keys are `[mems; current segment]`: key j >= mlen is the
-current segment's position j - mlen. Memory keys are always visible and count as segment 0.
+current segment's position j - mlen. Memory keys are visible unless a memory mask marks them as padding, and count as segment 0.
 """
 
 import tensorflow as tf
@@ -22,10 +22,12 @@ def causal_blocked(qlen, mlen, same_length=False):
     return blocked
 
 
-def attention_blocked(padding_mask, perm_mask=None, mlen=0, attn_type="bi", same_length=False):
+def attention_blocked(padding_mask, perm_mask=None, mlen=0, attn_type="bi", same_length=False, mems_mask=None):
     """Masks for both streams, as the original's `attn_mask` and `non_tgt_mask`.
 
-    padding_mask: [B, T], 1 = real token; perm_mask: optional [B, T, T], 1 = i may not attend to j.
+    padding_mask: [B, T], 1 = real token; perm_mask: optional [B, T, T], 1 = i may not attend to j;
+    mems_mask: optional [B, mlen], 1 = a real memory position (None: every memory position is visible, as
+    the original).
     Returns (content_blocked, query_blocked), both bool [B, T, mlen + T]: the query stream's mask is the
     union of padding, permutation and causal masks; the content stream's is the same but every position may
     always attend to itself.
@@ -38,7 +40,12 @@ def attention_blocked(padding_mask, perm_mask=None, mlen=0, attn_type="bi", same
         perm_mask = tf.convert_to_tensor(perm_mask)
         data = tf.logical_or(data, tf.not_equal(perm_mask, tf.zeros([], perm_mask.dtype)))
     data = tf.broadcast_to(data, [batch, qlen, qlen])
-    data = tf.concat([tf.zeros([batch, qlen, mlen], tf.bool), data], axis=2)
+    if mems_mask is None:
+        memory = tf.zeros([batch, qlen, mlen], tf.bool)
+    else:
+        mems_mask = tf.convert_to_tensor(mems_mask)
+        memory = tf.broadcast_to(tf.equal(mems_mask, tf.zeros([], mems_mask.dtype))[:, None, :], [batch, qlen, mlen])
+    data = tf.concat([memory, data], axis=2)
     if attn_type == "uni":
         query_blocked = tf.logical_or(data, causal_blocked(qlen, mlen, same_length)[None])
     elif attn_type == "bi":
@@ -72,3 +79,13 @@ def target_positions(target_mapping):
 def gather_rows(matrix, positions):
     """matrix [B, T, ...], positions [B, P] -> [B, P, ...]: each target's row of a per-position matrix."""
     return tf.gather(matrix, positions, axis=1, batch_dims=1)
+
+
+def cache_mask(mems_mask, padding_mask, mem_len):
+    """The memory mask that goes with `cache_memory` (reuse_len 0): [B, M] and [B, T] (1 = real) -> the last
+    `mem_len` of their concatenation, [B, min(M + T, mem_len)]."""
+    padding_mask = tf.convert_to_tensor(padding_mask)
+    if mems_mask is not None:
+        padding_mask = tf.concat([tf.cast(mems_mask, padding_mask.dtype), padding_mask], axis=1)
+    return padding_mask[:, -mem_len:]
+

@@ -41,6 +41,10 @@ class FinetuneSetup:
     bucket_boundaries: how batches are padded by length (`xlnet_tf.data.buckets.stratify`): "auto" (length
     strata chosen from the training file), "none" (every row padded to max_seq_len) or ascending widths
     "L1,L2,...".
+    long_doc: "truncate" (one window of max_seq_len, the original's) or "memory" (classification, regression,
+    RACE: texts of up to `max_doc_len` tokens read as segments of max_seq_len, each attending to the memory
+    of the ones before it: `mem_len` positions per layer, 0 = all of them; memory keeps its gradient for the
+    last `grad_segments` segments).
     """
 
     task: str
@@ -58,6 +62,46 @@ class FinetuneSetup:
     epochs: float | None = None
     mixed_precision: str | None = None
     bucket_boundaries: str = "auto"
+    long_doc: str = "truncate"
+    max_doc_len: int | None = None
+    mem_len: int = 0
+    grad_segments: int = 1
+
+    def __post_init__(self):
+        if self.long_doc not in LONG_DOC_MODES:
+            raise UserError(f"--long-doc must be one of {', '.join(LONG_DOC_MODES)}, got {self.long_doc!r}")
+        if self.long_doc == "truncate":
+            return
+        if self.task == "squad":
+            raise UserError("--long-doc memory is for classification, regression and race; SQuAD reads long "
+                            "contexts as --doc-stride windows")
+        if self.max_doc_len is None or self.max_doc_len < self.max_seq_len:
+            raise UserError(f"--long-doc memory needs --max-doc-len of at least --max-seq-len ({self.max_seq_len}), "
+                            f"got {self.max_doc_len}")
+        if self.mem_len < 0:
+            raise UserError(f"--mem-len must be >= 0, got {self.mem_len}")
+        if self.grad_segments < 1:
+            raise UserError(f"--grad-segments must be at least 1, got {self.grad_segments}")
+
+    @property
+    def doc_len(self):
+        """The documents' token budget: max_doc_len with memory, else None (one window)."""
+        return self.max_doc_len if self.long_doc == "memory" else None
+
+
+LONG_DOC_MODES = ("truncate", "memory")
+
+
+def row_width(max_seq_len, max_doc_len=None):
+    """Positions per feature row: max_seq_len, or whole segments covering max_doc_len (long documents)."""
+    from xlnet_tf.data.graph_features import document_width
+
+    return max_seq_len if max_doc_len is None else document_width(max_seq_len, max_doc_len)
+
+
+def config_doc_len(finetune_config):
+    """The token budget of documents a fine-tuned directory reads with memory, or None (one window)."""
+    return finetune_config["max_doc_len"] if finetune_config.get("long_doc") == "memory" else None
 
 
 @dataclasses.dataclass
@@ -72,18 +116,21 @@ class TaskData:
 
 
 def load_task_data(task, path, tokenizer, max_seq_len, label_list=None, is_training=False, doc_stride=128,
-                   max_query_len=64):
-    """Reads `path` for `task` and builds its features with the one feature builder per task."""
+                   max_query_len=64, max_doc_len=None):
+    """Reads `path` for `task` and builds its features with the one feature builder per task (long documents
+    of up to `max_doc_len` tokens in segments of max_seq_len for classification, regression and race)."""
     from xlnet_tf.data import finetuning, readers
 
     if task in ("classification", "regression"):
         examples, report = readers.read_examples(path, task=task)
-        features, feature_report = finetuning.classification_features(examples, tokenizer, max_seq_len, label_list)
+        features, feature_report = finetuning.classification_features(examples, tokenizer, max_seq_len, label_list,
+                                                                      max_doc_len=max_doc_len)
         return TaskData(examples, features, {**report, **feature_report})
     if task == "race":
         examples, report = readers.read_race(path)
         features, feature_report = finetuning.race_features(examples, tokenizer, max_seq_len,
-                                                            max_qa_len=race_qa_len(max_seq_len))
+                                                            max_qa_len=race_qa_len(max_seq_len),
+                                                            max_doc_len=max_doc_len)
         return TaskData(examples, features, {**report, **feature_report})
     if task == "squad":
         examples, report = readers.read_squad(path)
@@ -95,6 +142,19 @@ def load_task_data(task, path, tokenizer, max_seq_len, label_list=None, is_train
             raw = json.load(f)
         return TaskData(examples, features, {**report, **feature_report}, raw=raw)
     raise UserError(f"--task must be one of classification, regression, squad, race; got {task!r}")
+
+
+def parse_widths(spec, max_seq_len, max_doc_len=None):
+    """`--bucket-boundaries` for one window (`buckets.parse_boundaries`) or, for long documents, widths that
+    are whole segments (multiples of max_seq_len)."""
+    from xlnet_tf.data import buckets
+
+    width = row_width(max_seq_len, max_doc_len)
+    widths = buckets.parse_boundaries(spec, width)
+    if max_doc_len is not None and isinstance(widths, tuple) and any(w % max_seq_len for w in widths):
+        raise UserError(f"--bucket-boundaries with --long-doc memory must be multiples of --max-seq-len "
+                        f"({max_seq_len}), got {spec!r}")
+    return widths
 
 
 def race_qa_len(max_seq_len):
@@ -173,14 +233,14 @@ def _loss_fn(task):
 def run_finetuning(setup: FinetuneSetup, options, strategy):
     """Fine-tunes, then evaluates on `eval_file` when given; returns (trainer, records, eval metrics)."""
     from xlnet_tf.data import buckets
-    from xlnet_tf.heads import FINETUNE_FILE, build_head_model
+    from xlnet_tf.heads import FINETUNE_FILE, build_head_model, head_arguments
     from xlnet_tf.model import CONFIG_FILE, SPM_FILE
     from xlnet_tf.tokenization import XLNetTokenizer
     from xlnet_tf.training.loop import Trainer, TrainingOptions
 
     tokenizer = XLNetTokenizer(setup.spm_model, lower_case=setup.lower_case)
     train = load_task_data(setup.task, setup.train_file, tokenizer, setup.max_seq_len, is_training=True,
-                           doc_stride=setup.doc_stride, max_query_len=setup.max_query_len)
+                           doc_stride=setup.doc_stride, max_query_len=setup.max_query_len, max_doc_len=setup.doc_len)
     rows = len(train.features["input_ids"])
     if rows == 0:
         raise UserError(f"{setup.train_file}: no training examples")
@@ -201,14 +261,20 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
                                max_qa_len=race_qa_len(setup.max_seq_len))
     if setup.task == "squad":
         finetune_config.update(start_n_top=5, end_n_top=5)
+    width = row_width(setup.max_seq_len, setup.doc_len)
+    finetune_config["long_doc"] = setup.long_doc
+    if setup.long_doc == "memory":  # mem_len 0: everything before the last segment
+        finetune_config.update(max_doc_len=setup.max_doc_len, mem_len=setup.mem_len or width - setup.max_seq_len,
+                               grad_segments=setup.grad_segments)
     replicas = strategy.num_replicas_in_sync
-    strata = buckets.stratify(train.features["length"], options.batch_size // replicas, setup.max_seq_len,
-                              setup.bucket_boundaries)
-    finetune_config["bucket_boundaries"] = sorted(set(strata.widths) | {setup.max_seq_len})  # evaluate / predict
+    strata = buckets.stratify(train.features["length"], options.batch_size // replicas, width,
+                              parse_widths(setup.bucket_boundaries, setup.max_seq_len, setup.doc_len),
+                              multiple=setup.max_seq_len if setup.doc_len else buckets.PAD_MULTIPLE)
+    finetune_config["bucket_boundaries"] = sorted(set(strata.widths) | {width})  # evaluate / predict
     mean_length = float(np.mean(train.features["length"]))
     log.info("length strata: widths %s, rows per replica batch %s (padded positions per real token %.2f; %.2f "
-             "at max_seq_len %d)", list(strata.widths), list(strata.counts), strata.positions_per_row / mean_length,
-             setup.max_seq_len / mean_length, setup.max_seq_len)
+             "at width %d)", list(strata.widths), list(strata.counts), strata.positions_per_row / mean_length,
+             width / mean_length, width)
 
     os.makedirs(setup.model_dir, exist_ok=True)
     setup.config.to_json(os.path.join(setup.model_dir, CONFIG_FILE))
@@ -218,7 +284,8 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
         shutil.copy2(setup.spm_model, os.path.join(setup.model_dir, SPM_FILE))
 
     dtype = "mixed_bfloat16" if setup.mixed_precision == "bfloat16" else None
-    head = {k: finetune_config[k] for k in ("num_labels", "start_n_top", "end_n_top") if k in finetune_config}
+    head = head_arguments(finetune_config)
+    head["grad_segments"] = setup.grad_segments
 
     def build_model():
         model = build_head_model(setup.task, setup.config, setup.run_options, dtype=dtype, **head)
@@ -245,9 +312,9 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
 def run_model(model, task, features, batch_size=32, boundaries=None):
     """Outputs of `model` on every feature row (numpy, in row order), inference mode.
 
-    Rows are batched by length bucket (`boundaries`, default: chosen from the rows' lengths) and each batch
-    is padded to its bucket's width; per-position outputs (SQuAD's `start_logits`) are returned padded back
-    to max_seq_len with the head's masked value.
+    Rows are batched by length bucket (`boundaries`, default: chosen from the rows' lengths; whole segments
+    for a model reading long documents) and each batch is padded to its bucket's width; per-position outputs
+    (SQuAD's `start_logits`) are returned padded back to max_seq_len with the head's masked value.
     """
     import tensorflow as tf
 
@@ -257,7 +324,9 @@ def run_model(model, task, features, batch_size=32, boundaries=None):
     max_seq_len = features["input_ids"].shape[-1]
     lengths = features["length"]
     if boundaries is None:
-        boundaries = buckets.auto_boundaries(lengths, max_seq_len, min_rows=batch_size)
+        segment_len = model.head_config.get("segment_len") if hasattr(model, "head_config") else None
+        boundaries = buckets.auto_boundaries(lengths, max_seq_len, min_rows=batch_size,
+                                             multiple=segment_len or buckets.PAD_MULTIPLE)
     predict = getattr(model, "_inference_function", None)
     if predict is None:  # one traced function per model, kept for later calls (shapes relax after the second)
         predict = tf.function(lambda batch: model(batch, training=False), reduce_retracing=True)
@@ -332,12 +401,13 @@ def _predictions(task, data, outputs, finetune_config):
 
 def _infer(model, finetune_config, path, tokenizer, batch_size):
     """(TaskData, model outputs) for a file, built as the fine-tuned model's config says."""
+    doc_len = config_doc_len(finetune_config)
     data = load_task_data(finetune_config["task"], path, tokenizer, finetune_config["max_seq_len"],
                           label_list=finetune_config.get("label_names"),
                           doc_stride=finetune_config.get("doc_stride", 128),
-                          max_query_len=finetune_config.get("max_query_len", 64))
+                          max_query_len=finetune_config.get("max_query_len", 64), max_doc_len=doc_len)
     boundaries = finetune_config.get("bucket_boundaries")
-    if boundaries is not None and boundaries[-1] != finetune_config["max_seq_len"]:
+    if boundaries is not None and boundaries[-1] != row_width(finetune_config["max_seq_len"], doc_len):
         boundaries = None
     return data, run_model(model, finetune_config["task"], data.features, batch_size,
                            None if boundaries is None else tuple(boundaries))
