@@ -162,7 +162,8 @@ def test_race_runs_end_to_end(pretrained, tmp_path):
     model_dir, results = finetune(pretrained, "race", directory, directory, 10, "--max-seq-len", "16",
                                   "--long-doc", "memory", "--max-doc-len", "48", name="race-memory")
     config = json.loads((model_dir / "finetune_config.json").read_text())
-    assert (config["long_doc"], config["max_doc_len"], config["mem_len"], config["max_qa_len"]) == ("memory", 48, 32, 13)
+    recorded = (config["long_doc"], config["max_doc_len"], config["mem_len"], config["max_qa_len"])
+    assert recorded == ("memory", 48, 32, 13)
     assert main(["predict", "--model-dir", str(model_dir), "--input", str(directory), "--output",
                  str(tmp_path / "race.jsonl")]) == 0
     predicted = [json.loads(line) for line in open(tmp_path / "race.jsonl")]

@@ -51,6 +51,11 @@ class XLNetModel(keras.Model):
     layer then computes the content stream only there (a classifier reads one position; pretraining, with
     S = 0, only the query stream). Results at those positions are unchanged.
 
+    Segment-by-segment inference (`encode_document`) passes `memory_heads=` (per layer the key / value heads
+    (k, v) [B, N, M, H] of the memory, instead of `mems`), `position_heads=` (per layer the projection of a
+    longer relative encoding) and `return_heads=True` (then `heads`, per layer the (k, v) of [memory; segment],
+    replaces `new_mems`): the memory's projections are computed once, not again for every later segment.
+
     Returns a dict: `sequence_output` [B, T, d_model] (content stream; [B, S, d_model] with output_positions),
     `query_output` [B, P, d_model] (query stream, with `target_mapping`), `new_mems` (list of n_layer [B, min(M + reuse, mem_len), d_model],
     when run_options.mem_len > 0) and, with `return_attention=True`, `attention`: per layer the content
@@ -107,7 +112,7 @@ class XLNetModel(keras.Model):
         return bias[layer] if self.config.untie_r else bias
 
     def call(self, inputs, mems=None, training=False, return_attention=False, output_positions=None, mems_valid=None,
-             mems_gradient=False):
+             mems_gradient=False, memory_heads=None, position_heads=None, return_heads=False):
         unknown = sorted(set(inputs) - set(MODEL_INPUTS))
         if unknown:
             raise ValueError(f"XLNetModel: unknown input(s) {unknown}; allowed: {list(MODEL_INPUTS)}")
@@ -119,7 +124,10 @@ class XLNetModel(keras.Model):
             padding_mask = tf.ones([batch, qlen], tf.int32)
         if mems is not None and len(mems) != cfg.n_layer:
             raise ValueError(f"XLNetModel: mems must hold {cfg.n_layer} tensors (one per layer), got {len(mems)}")
-        mlen = 0 if mems is None else tf.shape(mems[0])[1]
+        if memory_heads is not None:  # segment-by-segment inference (encode_document): projected memory
+            mlen = tf.shape(memory_heads[0][0])[2]
+        else:
+            mlen = 0 if mems is None else tf.shape(mems[0])[1]
         klen = mlen + qlen
 
         content_blocked, query_blocked = masks.attention_blocked(
@@ -150,12 +158,16 @@ class XLNetModel(keras.Model):
                 query_valid=valid,
             )
 
-        new_mems, attention = [], []
+        new_mems, attention, heads = [], [], []
         for i, block in enumerate(self.blocks):
             layer_mems = None if mems is None else mems[i]
             is_last = i == cfg.n_layer - 1
             only_rows = {"content_positions": output_positions} if is_last and output_positions is not None else {}
-            if run.mem_len > 0:
+            if memory_heads is not None:
+                only_rows["memory_heads"] = memory_heads[i]
+            if position_heads is not None:
+                only_rows["position_heads"] = position_heads[i]
+            if run.mem_len > 0 and not return_heads:
                 new_mems.append(cache_memory(content, layer_mems, run.mem_len, run.reuse_len, not mems_gradient))
             content, query, *probs = block(
                 content,
@@ -163,6 +175,7 @@ class XLNetModel(keras.Model):
                 layer_mems,
                 training=training,
                 return_attention=return_attention,
+                return_heads=return_heads,
                 position_encoding=position_encoding,
                 content_bias=self._layer_bias(self.r_w_bias, i),
                 position_bias=self._layer_bias(self.r_r_bias, i),
@@ -171,12 +184,16 @@ class XLNetModel(keras.Model):
                 **stream_inputs,
                 **only_rows,
             )
+            if return_heads:
+                heads.append(probs.pop())
             attention.extend(probs)
 
         outputs = {"sequence_output": self.output_dropout(content, training=training)}
         if query is not None:
             outputs["query_output"] = self.output_dropout(query, training=training)
-        if run.mem_len > 0:
+        if return_heads:
+            outputs["heads"] = heads
+        elif run.mem_len > 0:
             outputs["new_mems"] = new_mems
         if return_attention:
             outputs["attention"] = attention
@@ -191,52 +208,71 @@ class XLNetModel(keras.Model):
         positions within the last segment). Memory keeps its gradient for the last `grad_segments` segments
         only (1: none, as the original's stop_gradient). A static width runs the segments unrolled (one
         segment: exactly one plain call); an unknown width runs them in a `tf.while_loop` carrying the memory.
+        Training carries the memory as hidden states (each segment projects them with the layer's weights, so
+        those weights get their gradient, as the original); inference carries their key / value heads and
+        projects the document's relative positions once, so no segment recomputes what an earlier one did.
         """
-        if self.run_options.mem_len <= 0:
+        run = self.run_options
+        if run.mem_len <= 0:
             raise ValueError("encode_document needs run_options.mem_len > 0")
         inputs = {k: tf.convert_to_tensor(v) for k, v in inputs.items()}
         ids = inputs["input_ids"]
         if "padding_mask" not in inputs:
             inputs["padding_mask"] = tf.ones_like(ids, tf.int32)
-        length = segment_len
+        length, batch = segment_len, tf.shape(ids)[0]
+        static_width = ids.shape[1]
+        width = tf.shape(ids)[1] if static_width is None else static_width
+        if not training:
+            encoding = tf.cast(relative_positional_encoding(length, width, self.config.d_model, run.attn_type,
+                                                            run.bi_data, run.clamp_len), self.compute_dtype)
+            position_heads = [block.attention.project_positions(encoding) for block in self.blocks]
 
         def segment(k):
             return {key: value[:, k * length:(k + 1) * length] for key, value in inputs.items()}
 
-        def read(k, mems, mems_valid, keep_gradient):
-            """Runs segment k (all but the last): the next memory and its mask."""
-            part = segment(k)
-            nothing = tf.zeros([tf.shape(ids)[0], 0], tf.int32)  # no output rows: only the memory is kept
-            out = self(part, mems=mems, mems_valid=mems_valid, training=training, output_positions=nothing,
-                       mems_gradient=keep_gradient)
-            return out["new_mems"], masks.cache_mask(mems_valid, part["padding_mask"], self.run_options.mem_len)
+        def memory_kwargs(memory, mems_valid):
+            if training:
+                return {"mems": memory, "mems_valid": mems_valid}
+            return {"memory_heads": memory, "mems_valid": mems_valid, "position_heads": position_heads}
 
-        width = ids.shape[1]
-        if width is not None:
-            if width % length:
-                raise ValueError(f"encode_document: width {width} is not a multiple of segment_len {length}")
-            count = width // length
-            mems = mems_valid = None
+        def read(k, memory, mems_valid, keep_gradient=False):
+            """Runs segment k (all but the last) -> (the next memory, its mask)."""
+            part = segment(k)
+            nothing = tf.zeros([batch, 0], tf.int32)  # no output rows: only the memory is kept
+            out = self(part, training=training, output_positions=nothing, mems_gradient=keep_gradient,
+                       return_heads=not training, **memory_kwargs(memory, mems_valid))
+            if training:
+                memory = out["new_mems"]
+            else:
+                memory = [(k_head[:, :, -run.mem_len:], v_head[:, :, -run.mem_len:]) for k_head, v_head in out["heads"]]
+            return memory, masks.cache_mask(mems_valid, part["padding_mask"], run.mem_len)
+
+        if static_width is not None:
+            if static_width % length:
+                raise ValueError(f"encode_document: width {static_width} is not a multiple of segment_len {length}")
+            count = static_width // length
+            memory = mems_valid = None
             for k in range(count - 1):
-                mems, mems_valid = read(k, mems, mems_valid, keep_gradient=k >= count - grad_segments)
+                memory, mems_valid = read(k, memory, mems_valid, keep_gradient=k >= count - grad_segments)
         else:
-            width = tf.shape(ids)[1]
             tf.debugging.assert_equal(width % length, 0, message=f"the width must be a multiple of {length}")
             count = width // length
-            d_model = self.config.d_model
-            start = [tf.zeros([tf.shape(ids)[0], 0, d_model], self.compute_dtype) for _ in self.blocks]
-            start_mask = tf.zeros([tf.shape(ids)[0], 0], inputs["padding_mask"].dtype)
-
-            def body(k, mems_valid, *mems):
-                new_mems, new_mask = read(k, list(mems), mems_valid, keep_gradient=False)
-                return (k + 1, new_mask, *new_mems)
-
-            invariants = [tf.TensorShape([]), tf.TensorShape([None, None])]
-            invariants += [tf.TensorShape([None, None, d_model])] * len(start)
-            _, mems_valid, *mems = tf.while_loop(lambda k, *_: k < count - 1, body, [tf.constant(0), start_mask, *start],
-                                                shape_invariants=invariants)
-        return self(segment(count - 1), mems=mems, mems_valid=mems_valid, training=training,
-                    output_positions=output_positions)["sequence_output"]
+            cfg = self.config
+            if training:
+                memory = [tf.zeros([batch, 0, cfg.d_model], self.compute_dtype) for _ in self.blocks]
+                shapes = [tf.TensorShape([None, None, cfg.d_model]) for _ in self.blocks]
+            else:
+                empty = tf.zeros([batch, cfg.n_head, 0, cfg.d_head], self.compute_dtype)
+                memory = [(empty, empty) for _ in self.blocks]
+                shapes = [(tf.TensorShape([None, cfg.n_head, None, cfg.d_head]),) * 2 for _ in self.blocks]
+            mems_valid = tf.zeros([batch, 0], inputs["padding_mask"].dtype)
+            _, memory, mems_valid = tf.while_loop(
+                lambda k, *_: k < count - 1, lambda k, memory, valid: (k + 1, *read(k, memory, valid)),
+                [tf.constant(0), memory, mems_valid],
+                shape_invariants=[tf.TensorShape([]), shapes, tf.TensorShape([None, None])])
+        last = self(segment(count - 1), training=training, output_positions=output_positions,
+                    **(memory_kwargs(memory, mems_valid) if memory is not None else {}))
+        return last["sequence_output"]
 
     def get_config(self):
         return {"name": self.name, "config": self.config.to_dict(), "run_options": self.run_options.to_dict()}

@@ -140,8 +140,9 @@ def classification_features(examples, tokenizer, max_seq_len, label_list=None, m
         ``graph_features.document_width(L, N)`` positions; see ``graph_features.classification_inputs``).
     Returns:
       ``(features, report)``. features: ``input_ids``, ``segment_ids``, ``padding_mask`` int32 [N, L]
-      (left-padded; [N, W] for documents), ``cls_index`` int32 [N] (= L - 1), ``length`` int32 [N] (real tokens), ``label_ids``
-      [N] int32 (classification; -1 without labels) or float32 (regression). report: ``examples``,
+      (left-padded; [N, W] for documents), ``cls_index`` int32 [N] (= L - 1, W - 1 for documents), ``length``
+      int32 [N] (real tokens), ``label_ids`` [N] int32 (classification; -1 without labels) or float32
+      (regression). report: ``examples``,
       ``pairs``, ``truncated`` (examples that lost tokens), ``truncated_indices``, ``label_list``, ``task``.
     """
     if max_seq_len < 3:

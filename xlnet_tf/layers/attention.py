@@ -122,6 +122,9 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         segment_embedding=None,
         training=False,
         return_attention=False,
+        memory_heads=None,
+        position_heads=None,
+        return_heads=False,
     ):
         """content [B, T, d]; query [B, P, d] or None; mems [B, M, d] or None; position_encoding [C, R, d]
         (C = 2 with bi_data); *_blocked bool [B, T or P, M + T]; *_segment_different bool, same shapes, or
@@ -129,16 +132,28 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         biases [n_head, d_head]; segment_embedding [2, n_head, d_head]. content_positions [B, S] int32 or None:
         compute the content stream only at these positions (keys and values still come from every position), as
         a last layer does when only some of its outputs are read; its output is then [B, S, d].
-        Returns (content, query) outputs, and with `return_attention` also the content stream's attention
-        probabilities [B, n_head, T (or S), M + T].
+        Inference over consecutive segments may skip recomputing projections: `memory_heads` (k, v) [B, N, M, H],
+        the key / value heads of the memory kept from earlier calls (instead of `mems`), and `position_heads`
+        [C, N, R', H], the projection of a longer relative encoding whose last R entries are this call's.
+        Returns (content, query) outputs, with `return_attention` also the content stream's attention
+        probabilities [B, n_head, T (or S), M + T], and with `return_heads` the key and value heads of
+        [memory; content] ((k, v), [B, N, M + T, H]).
         """
         dtype = self.compute_dtype
-        keys_input = content if mems is None else tf.concat([tf.cast(mems, content.dtype), content], axis=1)
         # Heads are kept head-major ([B, N, T, H]) so that every attention product is a plain batched matmul.
-        k_head = tf.einsum("bkd,dnh->bnkh", keys_input, tf.cast(self.k, dtype))
-        v_head = tf.einsum("bkd,dnh->bnkh", keys_input, tf.cast(self.v, dtype))
-        r_head = tf.einsum("crd,dnh->cnrh", tf.cast(position_encoding, dtype), tf.cast(self.r, dtype))
-        klen = _shape(keys_input)[1]
+        if memory_heads is None:
+            keys_input = content if mems is None else tf.concat([tf.cast(mems, content.dtype), content], axis=1)
+            k_head = tf.einsum("bkd,dnh->bnkh", keys_input, tf.cast(self.k, dtype))
+            v_head = tf.einsum("bkd,dnh->bnkh", keys_input, tf.cast(self.v, dtype))
+        else:  # the memory's heads were kept from earlier segments: only this segment is projected
+            k_head, v_head = (
+                tf.concat([tf.cast(kept, dtype), tf.einsum("bkd,dnh->bnkh", content, tf.cast(weight, dtype))], 2)
+                for kept, weight in zip(memory_heads, (self.k, self.v)))
+        if position_heads is None:
+            r_head = self.project_positions(position_encoding)
+        else:
+            r_head = tf.cast(position_heads, dtype)[:, :, -_shape(position_encoding)[1]:]
+        klen = _shape(k_head)[2]
         qlen = _shape(content)[1]
         biases = [tf.cast(b, dtype)[:, None, :] if b is not None else None
                   for b in (content_bias, position_bias, segment_bias)]  # [N, 1, H]: broadcast over B and T
@@ -168,7 +183,7 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         heads = tf.einsum("btd,dnh->bnth", streams, tf.cast(self.q, dtype))
         q_head, g_head = (heads, None) if query is None else split_streams(heads, num_rows, axis=2)
         content_vec, content_probs = attend(q_head, content_shift, content_blocked, content_segment_different)
-        extra = (content_probs,) if return_attention else ()
+        extra = ((content_probs,) if return_attention else ()) + (((k_head, v_head),) if return_heads else ())
         if query is None:
             return (self._post_attention(content_vec, rows, training), None) + extra
 
@@ -182,6 +197,11 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         query_vec = query_vec * tf.cast(query_valid, dtype)[:, None, :, None]
         out = self._post_attention(tf.concat([content_vec, query_vec], axis=2), streams, training)
         return split_streams(out, num_rows, axis=1) + extra
+
+    def project_positions(self, position_encoding):
+        """[C, R, d] relative encoding -> the position heads [C, N, R, H] (compute dtype)."""
+        dtype = self.compute_dtype
+        return tf.einsum("crd,dnh->cnrh", tf.cast(position_encoding, dtype), tf.cast(self.r, dtype))
 
     def _position_scores(self, q_head, r_head):
         """q_head [B, N, Q, H], r_head [C, N, R, H] -> [B, N, Q, R] (batch halves use their own encoding)."""

@@ -2,7 +2,8 @@
 
 One polarity everywhere: a boolean `blocked[b, i, j]` is True where query position i may NOT attend to key
 position j (the original's `perm_mask` polarity). Keys are `[mems; current segment]`: key j >= mlen is the
-current segment's position j - mlen. Memory keys are visible unless a memory mask marks them as padding, and count as segment 0.
+current segment's position j - mlen. Memory keys are visible unless a memory mask marks them as padding, and
+count as segment 0.
 """
 
 import tensorflow as tf
