@@ -180,6 +180,16 @@ def target_lines(results):
     return lines
 
 
+def instruction_sets(flags):
+    """`machine_info`'s cpu_flags as "avx2, avx512f, avx512_bf16 (not: amx_tile, ...)" (bfloat16 is emulated,
+    about 5x slower than float32, without avx512_bf16 / amx_bf16)."""
+    if flags is None:
+        return "unknown (no /proc/cpuinfo)"
+    present = [name for name, has in flags.items() if has]
+    missing = [name for name, has in flags.items() if not has]
+    return ", ".join(present or ["none of those listed"]) + (f" (not: {', '.join(missing)})" if missing else "")
+
+
 def header_lines(results):
     machine, peaks = results["machine"], results["matmul_peak_gflops"]
     versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items() if v)
@@ -187,6 +197,7 @@ def header_lines(results):
     options = results["options"]
     return [
         f"machine: {machine['cpu']}, {machine['cores']} cores, Python {machine['python']}; {versions}",
+        f"CPU instruction sets: {instruction_sets(machine['cpu_flags']) if 'cpu_flags' in machine else 'not recorded'}",
         f"matmul peak (2048x2048 in TensorFlow, same run): {peak}",
         f"batch {options['batch_size']}, model {options['size']}, median of {options['iterations']} timed steps after "
         f"{options['warmup']} warm-up"

@@ -353,7 +353,8 @@ def evaluate_targets(rows, options: BenchmarkOptions):
 
 
 def machine_info():
-    """CPU, core count and the versions of the frameworks (read from package metadata, nothing imported)."""
+    """CPU, core count, the CPU's instruction sets that decide bfloat16 / int8 speed (`hardware.REPORTED_FLAGS`)
+    and the versions of the frameworks (read from package metadata, nothing imported)."""
     cpu = platform.processor()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
@@ -366,7 +367,10 @@ def machine_info():
             versions[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             versions[package] = None
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "versions": versions}
+    from xlnet_tf.hardware import cpu_flags, reported_flags
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "versions": versions,
+            "cpu_flags": reported_flags(cpu_flags())}
 
 
 def run_benchmark(options: BenchmarkOptions, output_dir, progress=True):

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import tiny_config
-from xlnet_tf.config import RunOptions
+from xlnet_tf.config import ConfigError, RunOptions
 from xlnet_tf.data import graph_features as gf
 from xlnet_tf.heads import XLNetForMultipleChoice, XLNetForSequenceClassification
 from xlnet_tf.model import XLNetModel
@@ -190,6 +190,8 @@ def test_multiple_choice_reads_long_articles():
     diff = np.abs(logits - per_row).max()
     print(f"multiple choice [2, 2, 24] vs rows one by one: max |diff| {diff:.1e} (bound 1e-6)")
     assert diff <= 1e-6
+    with pytest.raises(ConfigError, match="needs mem_len > 0"):
+        XLNetForMultipleChoice(config, segment_len=L)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -86,6 +86,9 @@ class _HeadModel(keras.Model):
         self.head_config = head
         encoder_options = self.run_options
         if head.get("segment_len"):
+            if not head.get("mem_len", 0) > 0:
+                raise ConfigError(f"segment_len {head['segment_len']} (long documents) needs mem_len > 0, "
+                                  f"got {head.get('mem_len')!r}")
             encoder_options = encoder_options.replace(mem_len=head["mem_len"], reuse_len=0)
         self.transformer = XLNetModel(config, encoder_options, name="transformer", dtype=self.dtype_policy)
         self._sub = {"dtype": self.dtype_policy, "initializer_range": self.run_options.initializer_range}

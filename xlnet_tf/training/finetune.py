@@ -16,6 +16,7 @@ import numpy as np
 from xlnet_tf import metrics
 from xlnet_tf.config import RunOptions, XLNetConfig
 from xlnet_tf.errors import UserError
+from xlnet_tf.hardware import precision_policy
 
 log = logging.getLogger(__name__)
 EVAL_FILE = "eval_results.json"
@@ -283,7 +284,7 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
     if os.path.abspath(setup.spm_model) != os.path.abspath(os.path.join(setup.model_dir, SPM_FILE)):
         shutil.copy2(setup.spm_model, os.path.join(setup.model_dir, SPM_FILE))
 
-    dtype = "mixed_bfloat16" if setup.mixed_precision == "bfloat16" else None
+    dtype = precision_policy(setup.mixed_precision, strategy)
     head = head_arguments(finetune_config)
     head["grad_segments"] = setup.grad_segments
 

@@ -10,6 +10,7 @@ import shutil
 
 from xlnet_tf.config import MODEL_SIZES, RunOptions, XLNetConfig
 from xlnet_tf.errors import UserError
+from xlnet_tf.hardware import precision_policy
 
 log = logging.getLogger(__name__)
 RUN_FILE = "pretraining_run.json"
@@ -79,7 +80,7 @@ def run_pretraining(setup: PretrainingSetup, options, strategy):
                    "sampling": dataclasses.asdict(sampling), "data_dir": os.path.abspath(setup.data_dir),
                    "mixed_precision": setup.mixed_precision}, f, indent=2)
 
-    dtype = "mixed_bfloat16" if setup.mixed_precision == "bfloat16" else None
+    dtype = precision_policy(setup.mixed_precision, strategy)
 
     def build_model():
         return XLNetPretrainer(setup.config, setup.run_options, dtype=dtype)

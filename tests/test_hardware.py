@@ -1,0 +1,77 @@
+"""The CPU's instruction sets and the bfloat16 warning: detection tested with injected /proc/cpuinfo flags."""
+
+import logging
+
+import pytest
+
+from xlnet_tf import hardware
+
+AVX2_ONLY = frozenset("fpu sse4_2 avx avx2 fma".split())
+AVX512_BF16 = AVX2_ONLY | {"avx512f", "avx512_vnni", "avx512_bf16"}
+SAPPHIRE_RAPIDS = AVX2_ONLY | {"avx512f", "amx_tile", "amx_bf16", "amx_int8"}
+
+
+class FakeStrategy:
+    """Just what `hardware.accelerators` reads of a tf.distribute strategy."""
+
+    def __init__(self, *devices):
+        self.extended = type("Extended", (), {"worker_devices": devices})()
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: fpu avx2 avx512_bf16\n\n"
+                       "processor\t: 1\nflags\t\t: fpu avx2 avx512_bf16\n")
+    flags = hardware.cpu_flags(cpuinfo)
+    print("parsed flags:", sorted(flags))
+    assert flags == {"fpu", "avx2", "avx512_bf16"}
+    assert hardware.cpu_flags(tmp_path / "missing") is None
+    assert hardware.reported_flags(flags)["avx512_bf16"] and not hardware.reported_flags(flags)["amx_bf16"]
+    assert hardware.reported_flags(None) is None
+
+
+@pytest.mark.parametrize("flags, devices, warned", [
+    (AVX2_ONLY, (), True),  # emulated bfloat16 on the CPU: the one case that warns
+    (AVX512_BF16, (), False),
+    (SAPPHIRE_RAPIDS, (), False),
+    (AVX2_ONLY, ("/job:localhost/replica:0/task:0/device:GPU:0",), False),  # runs on the accelerator
+    (AVX2_ONLY, ("/job:worker/replica:0/task:0/device:TPU:3",), False),
+    (None, (), False),  # flags unknown (not Linux): no claim either way
+])
+def test_bfloat16_warning_exactly_without_native_bfloat16(flags, devices, warned, caplog):
+    strategy = FakeStrategy(*devices, "/job:localhost/replica:0/task:0/device:CPU:0")
+    with caplog.at_level(logging.WARNING, logger="xlnet_tf.hardware"):
+        policy = hardware.precision_policy("bfloat16", strategy, flags=flags)
+    messages = [r.getMessage() for r in caplog.records]
+    native = None if flags is None else sorted(flags & {"avx512_bf16", "amx_bf16"})
+    print(f"native bfloat16 flags {native}, accelerators {devices}: policy {policy}, warnings {len(messages)} "
+          f"(expected {int(warned)})")
+    assert policy == "mixed_bfloat16"
+    assert len(messages) == int(warned)
+    if warned:
+        assert "5x SLOWER than float32" in messages[0] and "avx512_bf16" in messages[0] and "\n" not in messages[0]
+
+
+def test_float32_never_warns(caplog):
+    with caplog.at_level(logging.WARNING, logger="xlnet_tf.hardware"):
+        for precision in (None, "float32"):
+            assert hardware.precision_policy(precision, FakeStrategy(), flags=AVX2_ONLY) is None
+    assert not caplog.records
+
+
+def test_a_cpu_strategy_counts_as_no_accelerator():
+    import tensorflow as tf
+
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    print("OneDeviceStrategy(/cpu:0) devices:", strategy.extended.worker_devices)
+    assert hardware.accelerators(strategy) == ()
+    assert hardware.bfloat16_warning(AVX2_ONLY, hardware.accelerators(strategy)) is not None
+
+
+def test_benchmark_report_names_the_instruction_sets():
+    from xlnet_tf.benchmarks.report import instruction_sets
+
+    text = instruction_sets(hardware.reported_flags(AVX512_BF16))
+    print(text)
+    assert text.startswith("avx2, avx512f, avx512_vnni, avx512_bf16") and "not: amx_tile, amx_bf16, amx_int8" in text
+    assert instruction_sets(None).startswith("unknown")
