@@ -75,3 +75,20 @@ def test_benchmark_report_names_the_instruction_sets():
     print(text)
     assert text.startswith("avx2, avx512f, avx512_vnni, avx512_bf16") and "not: amx_tile, amx_bf16, amx_int8" in text
     assert instruction_sets(None).startswith("unknown")
+
+
+def test_peak_memory_reads_accelerators_then_resets_them(monkeypatch):
+    """On GPUs / TPUs the log records the largest device peak since the last log line (TensorFlow's memory
+    info, reset after reading); on a CPU-only run the process's peak resident size."""
+    import tensorflow as tf
+
+    peaks, resets = {"GPU:0": 3 * 2**30, "GPU:1": 5 * 2**30}, []
+    monkeypatch.setattr(tf.config.experimental, "get_memory_info", lambda device: {"peak": peaks[device]})
+    monkeypatch.setattr(tf.config.experimental, "reset_memory_stats", resets.append)
+    gpus = FakeStrategy("/job:localhost/replica:0/task:0/device:GPU:0", "/job:localhost/replica:0/task:0/device:GPU:1")
+    record = hardware.peak_memory_mb(gpus)
+    print("two GPUs:", record, "reset:", resets)
+    assert record == {"peak_device_memory_mb": 5 * 1024} and resets == ["GPU:0", "GPU:1"]
+    cpu = hardware.peak_memory_mb(FakeStrategy("/job:localhost/replica:0/task:0/device:CPU:0"))
+    print("CPU only:", cpu, "(bound > 50 MiB)")
+    assert set(cpu) == {"peak_host_memory_mb"} and cpu["peak_host_memory_mb"] > 50

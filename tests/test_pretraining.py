@@ -81,6 +81,11 @@ def test_plm_loss_falls(data_dir, tmp_path):
     assert last < first - 1.0
     assert os.path.exists(model_dir / "training_curve.png") and os.path.exists(model_dir / "spiece.model")
     assert list((model_dir / "train").iterdir())  # TensorBoard events
+    with open(os.path.join(model_dir, "train_log.jsonl")) as f:
+        peaks = [json.loads(line)["peak_host_memory_mb"] for line in f]  # a CPU run: the process's peak RSS
+    print(f"peak host memory per log line: {peaks[0]:.0f} .. {peaks[-1]:.0f} MiB (bounds: 100 MiB < each, "
+          f"never decreasing)")
+    assert len(peaks) == 15 and peaks[0] > 100 and peaks == sorted(peaks)
     from xlnet_tf.model import XLNetPretrainer
 
     XLNetPretrainer.from_pretrained(model_dir)  # the model directory is a pretrained directory

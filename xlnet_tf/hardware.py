@@ -65,3 +65,28 @@ def precision_policy(mixed_precision, strategy=None, flags=_READ):
     if warning:
         log.warning(warning)
     return "mixed_bfloat16"
+
+
+def peak_memory_mb(strategy=None):
+    """Peak memory since the last call, for the training log: {"peak_device_memory_mb": ...} (the largest of the
+    strategy's GPUs / TPUs, from TensorFlow's memory info, whose peak is then reset) or, on a CPU-only run,
+    {"peak_host_memory_mb": ...} (this process's peak resident size so far). Empty when neither can be read."""
+    import tensorflow as tf
+
+    devices = [device.rsplit("device:", 1)[-1] for device in accelerators(strategy)]
+    peaks = []
+    for device in devices:
+        try:
+            peaks.append(tf.config.experimental.get_memory_info(device)["peak"])
+            tf.config.experimental.reset_memory_stats(device)
+        except (ValueError, tf.errors.OpError):  # a device without memory statistics
+            continue
+    if peaks:
+        return {"peak_device_memory_mb": max(peaks) / 2**20}
+    if devices:
+        return {}
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return {}
+    return {"peak_host_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # KiB on Linux

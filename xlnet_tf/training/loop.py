@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.errors import UserError
+from xlnet_tf.hardware import peak_memory_mb
 from xlnet_tf.training import strategies
 from xlnet_tf.training.optimization import WarmupLinearDecay, XLNetAdamW, layer_decay_multiplier
 from xlnet_tf.training.summaries import TrainingLog
@@ -340,6 +341,7 @@ class Trainer:
                 if padded:  # real tokens, and the positions computed with their padding
                     record.update(tokens=real, padded_tokens=padded, tokens_per_sec=real / elapsed,
                                   padded_tokens_per_sec=padded / elapsed)
+                record.update(peak_memory_mb(self.strategy))
                 records.append(record)
                 summary.write(record)
                 if step % options.save_every == 0 or step >= options.train_steps:

@@ -49,6 +49,9 @@ class TrainingLog:
             text += f" {speed:,.0f} tok/s"
             if padded and padded > speed * 1.005:
                 text += f" ({padded:,.0f} with padding)"
+        memory = record.get("peak_device_memory_mb") or record.get("peak_host_memory_mb")
+        if memory:
+            text += f" peak mem {memory / 1024:.2f} GiB"
         if self.bar is not None:
             self.bar.update(step - self.bar.n)
             self.bar.set_postfix_str(text)
