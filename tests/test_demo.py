@@ -3,17 +3,42 @@ second run reusing the first; and `xlnet-tf plot-attention` on the model it pret
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 from xlnet_tf.cli import main
 
+# Lines of other libraries that belong in the log file, not on the console (what each comes from).
+THIRD_PARTY = {"SentencePiece's trainer": "trainer_interface.cc", "absl's checkpoint sharding": "Sharding callback",
+               "SavedModel's input renaming": "with unsupported characters which will be renamed"}
+
 
 @pytest.fixture(scope="module")
-def demo_dir(tmp_path_factory):
+def demo_run(tmp_path_factory):
+    """`xlnet-tf demo --quick` as a user runs it (its own process, so that the console can be read)."""
     workdir = tmp_path_factory.mktemp("demo")
-    assert main(["demo", "--workdir", str(workdir), "--quick"]) == 0
-    return workdir
+    done = subprocess.run([sys.executable, "-m", "xlnet_tf.cli", "demo", "--workdir", str(workdir), "--quick"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:]
+    return workdir, done.stdout
+
+
+@pytest.fixture(scope="module")
+def demo_dir(demo_run):
+    return demo_run[0]
+
+
+def test_console_shows_the_demo_and_the_log_file_the_rest(demo_run):
+    workdir, console = demo_run
+    log = (workdir / "xlnet-tf.log").read_text(encoding="utf-8", errors="replace")
+    for what, marker in THIRD_PARTY.items():
+        print(f"{what} ({marker!r}): {console.count(marker)} console lines (bound 0), {log.count(marker)} in "
+              f"xlnet-tf.log (bound > 0)")
+        assert marker not in console and marker in log
+    print(f"console: {len(console.splitlines())} lines in all")
+    assert "xlnet-tf demo summary" in console and "== sentencepiece" in console
 
 
 def test_quick_demo_metrics(demo_dir):

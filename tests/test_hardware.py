@@ -92,3 +92,4 @@ def test_peak_memory_reads_accelerators_then_resets_them(monkeypatch):
     cpu = hardware.peak_memory_mb(FakeStrategy("/job:localhost/replica:0/task:0/device:CPU:0"))
     print("CPU only:", cpu, "(bound > 50 MiB)")
     assert set(cpu) == {"peak_host_memory_mb"} and cpu["peak_host_memory_mb"] > 50
+

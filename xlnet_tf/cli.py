@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import logging
 import sys
 
 from xlnet_tf.errors import UserError
@@ -24,7 +23,8 @@ def _convert(args):
 def _train_spm(args):
     from xlnet_tf.tokenization import train_spm
 
-    path = train_spm(args.input, args.model_prefix, args.vocab_size, lower_case=args.lower_case)
+    path = train_spm(args.input, args.model_prefix, args.vocab_size, lower_case=args.lower_case,
+                     log_file=None if args.verbose else _log_file(args))
     print(f"wrote {path} and {args.model_prefix}.vocab")
 
 
@@ -221,7 +221,7 @@ def _create_pretraining_data(args):
 def _demo(args):
     from xlnet_tf.demo import run_demo
 
-    run_demo(args.workdir, quick=args.quick)
+    run_demo(args.workdir, quick=args.quick, verbose=args.verbose)
 
 
 def _plot_attention(args):
@@ -397,12 +397,36 @@ def build_parser():
         source.add_argument("--max-seq-len", type=int, default=512,
                             help="recorded for fine-tuned heads (the length export and predict use)")
     convert.set_defaults(run=_convert)
+    where = {"train-spm": "PREFIX.log", **{k: f"{v.upper()}/xlnet-tf.log" for k, v in LOG_FOLDERS.items()}}
+    for name, command in commands.choices.items():
+        for leaf in sources.choices.values() if command is convert else [command]:  # convert: on hf / official
+            leaf.add_argument("--verbose", action="store_true", help="show other libraries' logs on the console "
+                              "too" + (f" (they always go to {where[name]})" if name in where else ""))
     return parser
 
 
+# Where each command's third-party logs go (console.configure): a file in its work or model directory.
+LOG_FOLDERS = {"create-pretraining-data": "output_dir", "pretrain": "model_dir", "finetune": "model_dir",
+               "export": "model_dir", "demo": "workdir"}
+
+
+def _log_file(args):
+    """The command's log file (train-spm: PREFIX.log beside its model), or None (everything on the console)."""
+    import os
+
+    from xlnet_tf.console import LOG_FILE
+
+    if args.command == "train-spm":
+        return args.model_prefix + ".log"
+    folder = LOG_FOLDERS.get(args.command)
+    return os.path.join(getattr(args, folder), LOG_FILE) if folder else None
+
+
 def main(argv=None):
+    from xlnet_tf.console import configure
+
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    configure(_log_file(args), args.verbose)
     try:
         return args.run(args) or 0
     except (UserError, FileNotFoundError) as error:

@@ -110,14 +110,16 @@ def _done(path):
     return os.path.exists(path)
 
 
-def run_demo(workdir="demo_work", quick=False, port=0):
-    """Runs every step (reusing finished ones) and returns the summary dict it prints."""
+def run_demo(workdir="demo_work", quick=False, port=0, verbose=False):
+    """Runs every step (reusing finished ones) and returns the summary dict it prints. SentencePiece's trainer
+    log goes to WORKDIR/xlnet-tf.log unless `verbose`."""
     from xlnet_tf.training import strategies
 
     strategy = strategies.make_strategy("one_device")
     import keras
 
     from xlnet_tf.config import RunOptions, XLNetConfig
+    from xlnet_tf.console import LOG_FILE
     from xlnet_tf.data.pretraining import create_pretraining_data
     from xlnet_tf.tokenization import train_spm
     from xlnet_tf.training.finetune import FinetuneSetup, run_finetuning
@@ -143,7 +145,8 @@ def run_demo(workdir="demo_work", quick=False, port=0):
     corpus = os.path.join(workdir, "corpus.txt")
     step("corpus", corpus, lambda: write_corpus(corpus))
     spm = os.path.join(workdir, "spm.model")
-    step("sentencepiece", spm, lambda: train_spm([corpus], spm[: -len(".model")], size.vocab_size))
+    spm_log = None if verbose else os.path.join(workdir, LOG_FILE)
+    step("sentencepiece", spm, lambda: train_spm([corpus], spm[: -len(".model")], size.vocab_size, log_file=spm_log))
     data_dir = os.path.join(workdir, "pretraining_data")
     step("pretraining data", os.path.join(data_dir, "metadata.json"),
          lambda: create_pretraining_data([corpus], spm, data_dir, seq_len=size.seq_len, reuse_len=size.reuse_len))

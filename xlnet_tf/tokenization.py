@@ -453,7 +453,7 @@ def _preprocessed_lines(paths, lower_case, batch_size=1024):
 
 
 def train_spm(input_files, model_prefix, vocab_size, lower_case=False, *, character_coverage=0.99995,
-              input_sentence_size=10_000_000, num_threads=None, **trainer_kwargs):
+              input_sentence_size=10_000_000, num_threads=None, log_file=None, **trainer_kwargs):
     """Train an XLNet-style SentencePiece unigram model; returns the path of ``PREFIX.model``.
 
     Each line of the input files (one sentence per line, XLNet's pretraining format) goes through the
@@ -471,6 +471,8 @@ def train_spm(input_files, model_prefix, vocab_size, lower_case=False, *, charac
       vocab_size: number of pieces.
       lower_case: train an uncased model (input lower-cased by the shared preprocessing).
       num_threads: trainer threads (default: all CPUs).
+      log_file: where the trainer's own log (its configuration and progress, written by its C++ code to
+        stderr) is appended instead of the console; None keeps it on stderr.
       **trainer_kwargs: more ``SentencePieceTrainer.train`` options (override the ones above).
     Raises:
       FileNotFoundError / ValueError naming the file, for a missing or empty input file.
@@ -490,8 +492,11 @@ def train_spm(input_files, model_prefix, vocab_size, lower_case=False, *, charac
         shuffle_input_sentence=True, input_sentence_size=input_sentence_size,
         unk_id=0, bos_id=1, eos_id=2, pad_id=-1, num_threads=num_threads or os.cpu_count() or 1)
     options.update(trainer_kwargs)
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=_preprocessed_lines(paths, lower_case), model_prefix=model_prefix, **options)
+    from xlnet_tf.console import native_output_to
+
+    with native_output_to(log_file):
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=_preprocessed_lines(paths, lower_case), model_prefix=model_prefix, **options)
     model_file = model_prefix + ".model"
     processor = spm.SentencePieceProcessor(model_file=model_file)
     got = [processor.id_to_piece(i) for i in range(len(SPECIAL_PIECES))]

@@ -1,0 +1,63 @@
+"""What a command shows: the project's own lines (section headers, progress, summaries, warnings) on the
+console; other libraries' chatter (absl's "Sharding callback duration", SavedModel's input-renaming notices,
+TensorFlow's INFO lines, SentencePiece's trainer log) in a log file in the command's work or model directory.
+`--verbose` shows everything on the console as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+
+LOG_FILE = "xlnet-tf.log"
+OWN_LOGGERS = ("xlnet_tf", "__main__")
+_installed = []  # the handlers `configure` added, removed by its next call
+
+
+def _own_or_warning(record):
+    return record.name.split(".")[0] in OWN_LOGGERS or record.levelno >= logging.WARNING
+
+
+def configure(log_file=None, verbose=False):
+    """Logging for one command: INFO and above to the console and, with `log_file`, to that file (appended,
+    its folder created). With a log file and without `verbose`, the console shows only the project's own
+    records and other libraries' warnings and errors; the file holds every record."""
+    root = logging.getLogger()
+    for handler in _installed:
+        root.removeHandler(handler)
+        handler.close()
+    _installed.clear()
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handlers = [console]
+    if log_file:
+        if not verbose:
+            console.addFilter(_own_or_warning)
+        os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
+        file = logging.FileHandler(log_file, encoding="utf-8")
+        file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handlers.append(file)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    _installed.extend(handlers)
+
+
+@contextlib.contextmanager
+def native_output_to(log_file):
+    """While the block runs, what C/C++ code writes to the process's stderr (file descriptor 2: SentencePiece's
+    trainer) is appended to `log_file` instead; a no-op when `log_file` is None."""
+    if log_file is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(log_file, "ab") as target:
+            os.dup2(target.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
