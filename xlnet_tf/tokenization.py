@@ -490,7 +490,8 @@ def train_spm(input_files, model_prefix, vocab_size, lower_case=False, *, charac
         model_type="unigram", vocab_size=vocab_size, character_coverage=character_coverage,
         control_symbols=list(CONTROL_SYMBOLS), user_defined_symbols=list(USER_DEFINED_SYMBOLS),
         shuffle_input_sentence=True, input_sentence_size=input_sentence_size,
-        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, num_threads=num_threads or os.cpu_count() or 1)
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, num_threads=num_threads or os.cpu_count() or 1,
+        minloglevel=0)  # the trainer's log level is process-wide in SentencePiece: set it on every call
     options.update(trainer_kwargs)
     from xlnet_tf.console import native_output_to
 
