@@ -222,7 +222,7 @@ class XLNetModel(keras.Model):
         length, batch = segment_len, tf.shape(ids)[0]
         static_width = ids.shape[1]
         width = tf.shape(ids)[1] if static_width is None else static_width
-        if not training:
+        if not training and static_width != length:  # one segment: a plain call, nothing to share
             encoding = tf.cast(relative_positional_encoding(length, width, self.config.d_model, run.attn_type,
                                                             run.bi_data, run.clamp_len), self.compute_dtype)
             position_heads = [block.attention.project_positions(encoding) for block in self.blocks]
@@ -244,7 +244,7 @@ class XLNetModel(keras.Model):
             if training:
                 memory = out["new_mems"]
             else:
-                memory = [(k_head[:, :, -run.mem_len:], v_head[:, :, -run.mem_len:]) for k_head, v_head in out["heads"]]
+                memory = [(keys[:, :, -run.mem_len:], values[:, :, -run.mem_len:]) for keys, values in out["heads"]]
             return memory, masks.cache_mask(mems_valid, part["padding_mask"], run.mem_len)
 
         if static_width is not None:
