@@ -24,17 +24,16 @@ SPM_FILE = "spiece.model"
 MODEL_INPUTS = ("input_ids", "segment_ids", "padding_mask", "perm_mask", "target_mapping")
 
 
-def cache_memory(hidden, previous, mem_len, reuse_len, stop_gradient=True):
+def cache_memory(hidden, previous, mem_len, reuse_len):
     """The original's `_cache_mem`: [B, T, d] hidden (and [B, M, d] previous memory) -> [B, <=mem_len, d].
 
     The first `reuse_len` positions (all when 0) are appended to the previous memory and the last `mem_len`
-    kept, without gradient (as the original) unless `stop_gradient=False`.
+    kept, without gradient.
     """
     current = hidden[:, :reuse_len] if reuse_len > 0 else hidden
     if previous is not None:
         current = tf.concat([tf.cast(previous, current.dtype), current], axis=1)
-    current = current[:, -mem_len:]
-    return tf.stop_gradient(current) if stop_gradient else current
+    return tf.stop_gradient(current[:, -mem_len:])
 
 
 class XLNetModel(keras.Model):
@@ -44,17 +43,17 @@ class XLNetModel(keras.Model):
     `padding_mask` [B, T] (1 = real token; all real when absent), `perm_mask` [B, T, T] (1 = position i may
     NOT attend to j), `target_mapping` [B, P, T] (one-hot rows, or all-zero rows for padded targets); and
     `mems=` a list of n_layer [B, M, d_model] tensors, with `mems_valid=` [B, M] (1 = a real memory position;
-    all visible when absent; not named `mems_mask`, which Keras fills with the mems' Keras masks) and
-    `mems_gradient=True` to keep the gradient through `new_mems`.
+    all visible when absent; not named `mems_mask`, which Keras fills with the mems' Keras masks).
 
     `output_positions=` [B, S] int32 (optional) names the positions whose `sequence_output` is read: the last
     layer then computes the content stream only there (a classifier reads one position; pretraining, with
     S = 0, only the query stream). Results at those positions are unchanged.
 
-    Segment-by-segment inference (`encode_document`) passes `memory_heads=` (per layer the key / value heads
-    (k, v) [B, N, M, H] of the memory, instead of `mems`), `position_heads=` (per layer the projection of a
-    longer relative encoding) and `return_heads=True` (then `heads`, per layer the (k, v) of [memory; segment],
-    replaces `new_mems`): the memory's projections are computed once, not again for every later segment.
+    Segment by segment (`encode_document`) the memory is carried projected: `memory_heads=` (per layer the
+    key / value heads (k, v) [B, N, M, H] of the memory, instead of `mems`), `return_heads=True` (then
+    `heads`, per layer the (k, v) of [memory; segment], replaces `new_mems`), `detach_keys=True` (this
+    segment's keys and values carry no gradient to its states, only to the projection weights) and, at
+    inference, `position_heads=` (per layer the projection of a longer relative encoding).
 
     Returns a dict: `sequence_output` [B, T, d_model] (content stream; [B, S, d_model] with output_positions),
     `query_output` [B, P, d_model] (query stream, with `target_mapping`), `new_mems` (list of n_layer [B, min(M + reuse, mem_len), d_model],
@@ -112,7 +111,7 @@ class XLNetModel(keras.Model):
         return bias[layer] if self.config.untie_r else bias
 
     def call(self, inputs, mems=None, training=False, return_attention=False, output_positions=None, mems_valid=None,
-             mems_gradient=False, memory_heads=None, position_heads=None, return_heads=False):
+             memory_heads=None, position_heads=None, return_heads=False, detach_keys=False):
         unknown = sorted(set(inputs) - set(MODEL_INPUTS))
         if unknown:
             raise ValueError(f"XLNetModel: unknown input(s) {unknown}; allowed: {list(MODEL_INPUTS)}")
@@ -168,7 +167,7 @@ class XLNetModel(keras.Model):
             if position_heads is not None:
                 only_rows["position_heads"] = position_heads[i]
             if run.mem_len > 0 and not return_heads:
-                new_mems.append(cache_memory(content, layer_mems, run.mem_len, run.reuse_len, not mems_gradient))
+                new_mems.append(cache_memory(content, layer_mems, run.mem_len, run.reuse_len))
             content, query, *probs = block(
                 content,
                 query,
@@ -176,6 +175,7 @@ class XLNetModel(keras.Model):
                 training=training,
                 return_attention=return_attention,
                 return_heads=return_heads,
+                detach_keys=detach_keys,
                 position_encoding=position_encoding,
                 content_bias=self._layer_bias(self.r_w_bias, i),
                 position_bias=self._layer_bias(self.r_r_bias, i),
@@ -205,12 +205,15 @@ class XLNetModel(keras.Model):
 
         inputs: `input_ids`, optional `segment_ids` and `padding_mask` [B, S * segment_len]. Returns the last
         segment's `sequence_output` [B, segment_len, d_model] ([B, P, d_model] at `output_positions` [B, P],
-        positions within the last segment). Memory keeps its gradient for the last `grad_segments` segments
-        only (1: none, as the original's stop_gradient). A static width runs the segments unrolled (one
-        segment: exactly one plain call); an unknown width runs them in a `tf.while_loop` carrying the memory.
-        Training carries the memory as hidden states (each segment projects them with the layer's weights, so
-        those weights get their gradient, as the original); inference carries their key / value heads and
-        projects the document's relative positions once, so no segment recomputes what an earlier one did.
+        positions within the last segment). A static width runs the segments unrolled (one segment: exactly
+        one plain call); an unknown width runs them in a `tf.while_loop` carrying the memory.
+
+        The memory is carried as each layer's key / value heads, so no segment projects an earlier one's
+        states again. Memory gets gradient from the last `grad_segments` segments only: earlier segments
+        project their keys and values from their states without gradient (1: only the last segment trains,
+        as the original's stop_gradient on memory), while the projection weights keep the gradient of every
+        key and value, as when the original projects its memory. Inference also projects the document's
+        relative positions once per layer (training projects them per segment, each with its own dropout).
         """
         run = self.run_options
         if run.mem_len <= 0:
@@ -222,29 +225,22 @@ class XLNetModel(keras.Model):
         length, batch = segment_len, tf.shape(ids)[0]
         static_width = ids.shape[1]
         width = tf.shape(ids)[1] if static_width is None else static_width
-        if not training and static_width != length:  # one segment: a plain call, nothing to share
+        shared = {}
+        if not training and static_width != length:  # one segment is a plain call: nothing to share
             encoding = tf.cast(relative_positional_encoding(length, width, self.config.d_model, run.attn_type,
                                                             run.bi_data, run.clamp_len), self.compute_dtype)
-            position_heads = [block.attention.project_positions(encoding) for block in self.blocks]
+            shared["position_heads"] = [block.attention.project_positions(encoding) for block in self.blocks]
 
         def segment(k):
             return {key: value[:, k * length:(k + 1) * length] for key, value in inputs.items()}
 
-        def memory_kwargs(memory, mems_valid):
-            if training:
-                return {"mems": memory, "mems_valid": mems_valid}
-            return {"memory_heads": memory, "mems_valid": mems_valid, "position_heads": position_heads}
-
-        def read(k, memory, mems_valid, keep_gradient=False):
-            """Runs segment k (all but the last) -> (the next memory, its mask)."""
+        def read(k, memory, mems_valid, detach):
+            """Runs segment k (all but the last) -> (the next memory: its heads, and its mask)."""
             part = segment(k)
             nothing = tf.zeros([batch, 0], tf.int32)  # no output rows: only the memory is kept
-            out = self(part, training=training, output_positions=nothing, mems_gradient=keep_gradient,
-                       return_heads=not training, **memory_kwargs(memory, mems_valid))
-            if training:
-                memory = out["new_mems"]
-            else:
-                memory = [(keys[:, :, -run.mem_len:], values[:, :, -run.mem_len:]) for keys, values in out["heads"]]
+            out = self(part, training=training, output_positions=nothing, memory_heads=memory, mems_valid=mems_valid,
+                       return_heads=True, detach_keys=detach, **shared)
+            memory = [(keys[:, :, -run.mem_len:], values[:, :, -run.mem_len:]) for keys, values in out["heads"]]
             return memory, masks.cache_mask(mems_valid, part["padding_mask"], run.mem_len)
 
         if static_width is not None:
@@ -253,26 +249,24 @@ class XLNetModel(keras.Model):
             count = static_width // length
             memory = mems_valid = None
             for k in range(count - 1):
-                memory, mems_valid = read(k, memory, mems_valid, keep_gradient=k >= count - grad_segments)
+                memory, mems_valid = read(k, memory, mems_valid, detach=k < count - grad_segments)
         else:
+            if training and grad_segments > 1:
+                raise ValueError("encode_document: grad_segments > 1 needs a static width (the segments unrolled)")
             tf.debugging.assert_equal(width % length, 0, message=f"the width must be a multiple of {length}")
             count = width // length
             cfg = self.config
-            if training:
-                memory = [tf.zeros([batch, 0, cfg.d_model], self.compute_dtype) for _ in self.blocks]
-                shapes = [tf.TensorShape([None, None, cfg.d_model]) for _ in self.blocks]
-            else:
-                empty = tf.zeros([batch, cfg.n_head, 0, cfg.d_head], self.compute_dtype)
-                memory = [(empty, empty) for _ in self.blocks]
-                shapes = [(tf.TensorShape([None, cfg.n_head, None, cfg.d_head]),) * 2 for _ in self.blocks]
+            empty = tf.zeros([batch, cfg.n_head, 0, cfg.d_head], self.compute_dtype)
+            memory = [(empty, empty) for _ in self.blocks]
+            shapes = [(tf.TensorShape([None, cfg.n_head, None, cfg.d_head]),) * 2 for _ in self.blocks]
             mems_valid = tf.zeros([batch, 0], inputs["padding_mask"].dtype)
             _, memory, mems_valid = tf.while_loop(
-                lambda k, *_: k < count - 1, lambda k, memory, valid: (k + 1, *read(k, memory, valid)),
+                lambda k, *_: k < count - 1, lambda k, memory, valid: (k + 1, *read(k, memory, valid, detach=True)),
                 [tf.constant(0), memory, mems_valid],
                 shape_invariants=[tf.TensorShape([]), shapes, tf.TensorShape([None, None])])
-        last = self(segment(count - 1), training=training, output_positions=output_positions,
-                    **(memory_kwargs(memory, mems_valid) if memory is not None else {}))
-        return last["sequence_output"]
+        memory_inputs = {} if memory is None else {"memory_heads": memory, "mems_valid": mems_valid, **shared}
+        return self(segment(count - 1), training=training, output_positions=output_positions,
+                    **memory_inputs)["sequence_output"]
 
     def get_config(self):
         return {"name": self.name, "config": self.config.to_dict(), "run_options": self.run_options.to_dict()}

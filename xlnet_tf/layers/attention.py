@@ -125,6 +125,7 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         memory_heads=None,
         position_heads=None,
         return_heads=False,
+        detach_keys=False,
     ):
         """content [B, T, d]; query [B, P, d] or None; mems [B, M, d] or None; position_encoding [C, R, d]
         (C = 2 with bi_data); *_blocked bool [B, T or P, M + T]; *_segment_different bool, same shapes, or
@@ -137,18 +138,21 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         [C, N, R', H], the projection of a longer relative encoding whose last R entries are this call's.
         Returns (content, query) outputs, with `return_attention` also the content stream's attention
         probabilities [B, n_head, T (or S), M + T], and with `return_heads` the key and value heads of
-        [memory; content] ((k, v), [B, N, M + T, H]).
+        [memory; content] ((k, v), [B, N, M + T, H]). `detach_keys` projects keys and values from the inputs
+        without their gradient (the projection weights keep theirs): a segment whose states become memory
+        without gradient, as the original's stop_gradient on memory.
         """
         dtype = self.compute_dtype
         # Heads are kept head-major ([B, N, T, H]) so that every attention product is a plain batched matmul.
-        if memory_heads is None:
-            keys_input = content if mems is None else tf.concat([tf.cast(mems, content.dtype), content], axis=1)
-            k_head = tf.einsum("bkd,dnh->bnkh", keys_input, tf.cast(self.k, dtype))
-            v_head = tf.einsum("bkd,dnh->bnkh", keys_input, tf.cast(self.v, dtype))
-        else:  # the memory's heads were kept from earlier segments: only this segment is projected
-            k_head, v_head = (
-                tf.concat([tf.cast(kept, dtype), tf.einsum("bkd,dnh->bnkh", content, tf.cast(weight, dtype))], 2)
-                for kept, weight in zip(memory_heads, (self.k, self.v)))
+        keys_input = content if memory_heads is not None or mems is None else tf.concat(
+            [tf.cast(mems, content.dtype), content], axis=1)
+        if detach_keys:
+            keys_input = tf.stop_gradient(keys_input)
+        k_head = tf.einsum("bkd,dnh->bnkh", keys_input, tf.cast(self.k, dtype))
+        v_head = tf.einsum("bkd,dnh->bnkh", keys_input, tf.cast(self.v, dtype))
+        if memory_heads is not None:  # the memory's heads were kept from earlier segments: prepend them
+            k_head, v_head = (tf.concat([tf.cast(kept, dtype), heads], 2) for kept, heads in zip(memory_heads,
+                                                                                                (k_head, v_head)))
         if position_heads is None:
             r_head = self.project_positions(position_encoding)
         else:

@@ -38,13 +38,13 @@ class XLNetBlock(keras.layers.Layer):
         self.built = True
 
     def call(self, content, query=None, mems=None, training=False, return_attention=False, return_heads=False,
-             **attention_inputs):
+             detach_keys=False, **attention_inputs):
         """`attention_inputs` are `TwoStreamRelativeAttention.call`'s keyword arguments; with
         `return_attention` an extra output holds the content stream's attention probabilities, with
         `return_heads` a last one the attention's key / value heads."""
         content, query, *probs = self.attention(content, query, mems, training=training,
                                                 return_attention=return_attention, return_heads=return_heads,
-                                                **attention_inputs)
+                                                detach_keys=detach_keys, **attention_inputs)
         if query is None:
             return (self.feed_forward(content, training=training), None, *probs)
         # One feed-forward over both streams' rows: bigger matmuls, one weight gradient.
