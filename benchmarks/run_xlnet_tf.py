@@ -153,7 +153,7 @@ def export_random_classifier(work, config, max_seq_len, vocab_size, export_base,
     from xlnet_tf.export.exporter import export_model
     from xlnet_tf.heads import build_head_model, head_arguments, save_finetuned
     from xlnet_tf.tokenization import train_spm
-    from xlnet_tf.training.finetune import row_width
+    from xlnet_tf.data.graph_features import document_width
 
     corpus = os.path.join(work, "corpus.txt")
     with open(corpus, "w", encoding="utf-8") as handle:
@@ -163,7 +163,7 @@ def export_random_classifier(work, config, max_seq_len, vocab_size, export_base,
                        "max_seq_len": max_seq_len, "num_labels": len(label_names), "label_names": list(label_names)}
     if max_doc_len:
         finetune_config.update(long_doc="memory", max_doc_len=max_doc_len, grad_segments=1,
-                               mem_len=memory_length(row_width(max_seq_len, max_doc_len) // max_seq_len, max_seq_len))
+                               mem_len=memory_length(document_width(max_seq_len, max_doc_len) // max_seq_len, max_seq_len))
     model = build_head_model("classification", config, RunOptions(dropout=0.0, dropatt=0.0),
                              **head_arguments(finetune_config))
     finetuned = os.path.join(work, "finetuned")

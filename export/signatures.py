@@ -97,7 +97,7 @@ class _Graphs:
     def __init__(self, model, tokenizer, max_seq_len, max_doc_len=None):
         self.model, self.tokenizer, self.length = model, tokenizer, max_seq_len
         self.doc_len = max_doc_len  # long documents read with memory: segments of max_seq_len
-        self.width = max_seq_len if max_doc_len is None else gf.document_width(max_seq_len, max_doc_len)
+        self.width = gf.document_width(max_seq_len, max_doc_len)
         spec = [tf.TensorSpec([None], tf.string)]
 
         # Tokenization is traced ONCE per export as two library functions that every signature calls

@@ -49,7 +49,7 @@ def bfloat16_warning(flags, accelerators=()):
 def accelerators(strategy):
     """The GPU / TPU devices a tf.distribute strategy runs on (empty for CPU-only runs)."""
     devices = getattr(strategy.extended, "worker_devices", ()) if strategy is not None else ()
-    return tuple(d for d in devices if "GPU" in d.upper().rsplit("/", 1)[-1] or "TPU" in d.upper().rsplit("/", 1)[-1])
+    return tuple(d for d in devices if d.upper().rsplit("DEVICE:", 1)[-1].split(":")[0] in ("GPU", "TPU"))
 
 
 _READ = object()

@@ -286,7 +286,7 @@ def race_features(examples, tokenizer, max_seq_len=512, max_qa_len=128, max_doc_
     if max_qa_len < 1 or max_qa_len > max_seq_len - 3:
         raise UserError(f"max_qa_len ({max_qa_len}) must be between 1 and max_seq_len - 3 ({max_seq_len - 3}).")
     _check_doc_len(max_seq_len, max_doc_len)
-    width = max_seq_len if max_doc_len is None else gf.document_width(max_seq_len, max_doc_len)
+    width = gf.document_width(max_seq_len, max_doc_len)
     n = len(examples)
     choices = {len(e.options) for e in examples}
     if len(choices) > 1:

@@ -143,9 +143,10 @@ def pair_lengths(len_a, len_b, max_len):
     return keep_a, keep_b
 
 
-def document_width(max_seq_len, max_doc_len):
-    """The row width of long documents: ``max_doc_len`` rounded up to whole segments of ``max_seq_len``."""
-    return -(-max_doc_len // max_seq_len) * max_seq_len
+def document_width(max_seq_len, max_doc_len=None):
+    """Positions per row: ``max_seq_len`` (one window, ``max_doc_len`` None), or for long documents
+    ``max_doc_len`` rounded up to whole segments of ``max_seq_len``."""
+    return max_seq_len if max_doc_len is None else -(-max_doc_len // max_seq_len) * max_seq_len
 
 
 def _row_width(length, max_seq_len, pad_to_multiple, max_doc_len):

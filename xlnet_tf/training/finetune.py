@@ -93,13 +93,6 @@ class FinetuneSetup:
 LONG_DOC_MODES = ("truncate", "memory")
 
 
-def row_width(max_seq_len, max_doc_len=None):
-    """Positions per feature row: max_seq_len, or whole segments covering max_doc_len (long documents)."""
-    from xlnet_tf.data.graph_features import document_width
-
-    return max_seq_len if max_doc_len is None else document_width(max_seq_len, max_doc_len)
-
-
 def config_doc_len(finetune_config):
     """The token budget of documents a fine-tuned directory reads with memory, or None (one window)."""
     return finetune_config["max_doc_len"] if finetune_config.get("long_doc") == "memory" else None
@@ -149,8 +142,9 @@ def parse_widths(spec, max_seq_len, max_doc_len=None):
     """`--bucket-boundaries` for one window (`buckets.parse_boundaries`) or, for long documents, widths that
     are whole segments (multiples of max_seq_len)."""
     from xlnet_tf.data import buckets
+    from xlnet_tf.data.graph_features import document_width
 
-    width = row_width(max_seq_len, max_doc_len)
+    width = document_width(max_seq_len, max_doc_len)
     widths = buckets.parse_boundaries(spec, width)
     if max_doc_len is not None and isinstance(widths, tuple) and any(w % max_seq_len for w in widths):
         raise UserError(f"--bucket-boundaries with --long-doc memory must be multiples of --max-seq-len "
@@ -234,6 +228,7 @@ def _loss_fn(task):
 def run_finetuning(setup: FinetuneSetup, options, strategy):
     """Fine-tunes, then evaluates on `eval_file` when given; returns (trainer, records, eval metrics)."""
     from xlnet_tf.data import buckets
+    from xlnet_tf.data.graph_features import document_width
     from xlnet_tf.heads import FINETUNE_FILE, build_head_model, head_arguments
     from xlnet_tf.model import CONFIG_FILE, SPM_FILE
     from xlnet_tf.tokenization import XLNetTokenizer
@@ -262,7 +257,7 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
                                max_qa_len=race_qa_len(setup.max_seq_len))
     if setup.task == "squad":
         finetune_config.update(start_n_top=5, end_n_top=5)
-    width = row_width(setup.max_seq_len, setup.doc_len)
+    width = document_width(setup.max_seq_len, setup.doc_len)
     finetune_config["long_doc"] = setup.long_doc
     if setup.long_doc == "memory":  # mem_len 0: everything before the last segment
         finetune_config.update(max_doc_len=setup.max_doc_len, mem_len=setup.mem_len or width - setup.max_seq_len,
@@ -408,7 +403,7 @@ def _infer(model, finetune_config, path, tokenizer, batch_size):
                           doc_stride=finetune_config.get("doc_stride", 128),
                           max_query_len=finetune_config.get("max_query_len", 64), max_doc_len=doc_len)
     boundaries = finetune_config.get("bucket_boundaries")
-    if boundaries is not None and boundaries[-1] != row_width(finetune_config["max_seq_len"], doc_len):
+    if boundaries is not None and boundaries[-1] != data.features["input_ids"].shape[-1]:  # buckets end at the rows
         boundaries = None
     return data, run_model(model, finetune_config["task"], data.features, batch_size,
                            None if boundaries is None else tuple(boundaries))
