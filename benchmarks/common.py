@@ -19,8 +19,10 @@ LENGTH_TASKS = ("lengths-finetune", "lengths-predict", "lengths-latency")
 # The "documents" group: documents read as segments with Transformer-XL memory (fine-tuning, the export's latency).
 DOCUMENT_TASKS = ("documents-finetune", "documents-latency")
 DOCUMENT_SEGMENTS = (1, 2, 4, 8)  # segments of seq_len per document
+# The "memory" group: peak memory and step time of training steps with each --recompute mode.
+MEMORY_TASKS = ("memory-pretrain", "memory-finetune")
 DEFAULT_TASKS = STEP_TASKS + ("lengths",)  # a run without --tasks
-TASKS = DEFAULT_TASKS + ("documents",)  # what --tasks accepts
+TASKS = DEFAULT_TASKS + ("documents", "memory")  # what --tasks accepts
 PRECISIONS = ("float32", "bfloat16")
 
 # XLNet-base; the published sizes besides it are in xlnet_tf.config.MODEL_SIZES.
@@ -54,7 +56,9 @@ class Case:
     "documents-finetune" (examples/s of a classification step on rows of S * seq_len real tokens read with
     memory; one S per case) and "documents-latency" (one export reading documents of up to
     max(segments) * seq_len tokens, its latency on one text of about S * seq_len tokens for each S; warmup
-    and iterations count requests per S).
+    and iterations count requests per S),
+    or one of MEMORY_TASKS: "memory-pretrain" / "memory-finetune", a "pretrain" / "finetune" step with
+    `recompute` ("none", "blocks" or "attention"), measured for its peak memory and step time.
     size: the architecture (BASE_SIZE keys). Dropout 0.1 when training, no memory (mem_len 0) but within a
     document.
     padding (LENGTH_TASKS only): "buckets" (xlnet-tf's padding by length: length strata when fine-tuning,
@@ -75,6 +79,7 @@ class Case:
     padding: str = ""
     sample_size: int = 0
     segments: tuple = ()
+    recompute: str = ""
 
     @property
     def dims(self):
@@ -86,12 +91,17 @@ class Case:
         return max(1, self.seq_len // self.span_ratio)
 
     @property
+    def step_task(self):
+        """The step a MEMORY_TASKS case times ("pretrain" or "finetune"); other cases: their task."""
+        return {"memory-pretrain": "pretrain", "memory-finetune": "finetune"}.get(self.task, self.task)
+
+    @property
     def tokens(self):
         return self.batch_size * self.seq_len
 
     def to_dict(self):
-        """The fields; `padding` and `sample_size` only for LENGTH_TASKS, `segments` only for DOCUMENT_TASKS
-        (the other cases' JSON is unchanged)."""
+        """The fields; `padding` and `sample_size` only for LENGTH_TASKS, `segments` only for DOCUMENT_TASKS,
+        `recompute` only for MEMORY_TASKS (the other cases' JSON is unchanged)."""
         values = dataclasses.asdict(self)
         if self.task not in LENGTH_TASKS:
             del values["padding"], values["sample_size"]
@@ -99,6 +109,8 @@ class Case:
             values["segments"] = list(self.segments)
         else:
             del values["segments"]
+        if self.task not in MEMORY_TASKS:
+            del values["recompute"]
         return values
 
     @classmethod
@@ -115,7 +127,8 @@ class Case:
         mode = f"{self.precision}{' xla' if self.xla else ''}"
         padding = f" {self.padding}" if self.padding else ""
         segments = f" S={','.join(map(str, self.segments))}" if self.segments else ""
-        return f"{self.implementation} {self.task}{padding}{segments} T={self.seq_len} {mode}"
+        recompute = f" recompute={self.recompute}" if self.recompute else ""
+        return f"{self.implementation} {self.task}{padding}{segments}{recompute} T={self.seq_len} {mode}"
 
 
 def synthetic_batch(case: Case, seed: int = 0):
@@ -140,7 +153,7 @@ def synthetic_batch(case: Case, seed: int = 0):
         "padding_mask": padding_mask,
         "label_ids": rng.integers(0, 2, size=(batch,), dtype=np.int32),
     }
-    if case.task == "pretrain":
+    if case.step_task == "pretrain":
         predict = case.num_predict
         perm_mask = np.zeros((batch, length, length), np.float32)
         target_mapping = np.zeros((batch, predict, length), np.float32)

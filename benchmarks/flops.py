@@ -40,12 +40,12 @@ def encoder_flops(batch, seq_len, dims, targets=0, read_rows=None):
 def step_flops(case: Case):
     """Matmul FLOPs of one step of `case`."""
     dims = case.dims
-    if case.task == "inference":
+    if case.step_task == "inference":
         return encoder_flops(case.batch_size, case.seq_len, dims)
-    if case.task == "finetune":
+    if case.step_task == "finetune":
         head = 2 * case.batch_size * dims["d_model"] * (dims["d_model"] + 2)
         return 3 * (encoder_flops(case.batch_size, case.seq_len, dims, read_rows=1) + head)
-    if case.task == "pretrain":
+    if case.step_task == "pretrain":
         targets = case.num_predict
         lm_head = 2 * case.batch_size * targets * dims["d_model"] * dims["n_token"]
         return 3 * (encoder_flops(case.batch_size, case.seq_len, dims, targets, read_rows=0) + lm_head)

@@ -4,7 +4,8 @@ results.json (everything measured) and throughput.png (tokens/s per case).
 Tables: one of tokens/s per step case; when the "lengths" tasks ran, one of examples/s with real vs padded
 tokens (fine-tuning and predict on SST-2 lengths) and one of the exported classifier's latency by text length;
 when the "documents" tasks ran, one of fine-tuning examples/s and the export's latency by the segments of a
-long document, each against one segment.
+long document, each against one segment; when the "memory" tasks ran, one of peak memory and step time per
+--recompute mode against none.
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ from __future__ import annotations
 import json
 import os
 
-from xlnet_tf.benchmarks.common import DOCUMENT_TASKS, LENGTH_TASKS, LENGTHS_FILE, STEP_TASKS
-from xlnet_tf.benchmarks.suite import LATENCY_WHERE, REFERENCES, document_growth, latency_ratio, length_row
+from xlnet_tf.benchmarks.common import DOCUMENT_TASKS, LENGTH_TASKS, LENGTHS_FILE, MEMORY_TASKS, STEP_TASKS
+from xlnet_tf.benchmarks.suite import (LATENCY_WHERE, REFERENCES, document_growth, latency_ratio, length_row,
+                                       recompute_comparison)
 
 COLUMNS = ("implementation", "task", "T", "precision", "XLA", "tokens/s", "ms/step", "GFLOP/s", "% peak",
            "peak MB", *(f"x {r}" for r in REFERENCES), "bf16 rel err")
 LENGTH_COLUMNS = ("implementation", "task", "padding", "batch", "T", "boundaries", "examples/s", "real tok/step",
                   "padded tok/step", "padded/real", "x fixed")
 LATENCY_COLUMNS = ("where", "text", "pieces", "p50 ms", "p99 ms", "requests")
+MEMORY_COLUMNS = ("task", "model", "batch", "T", "recompute", "peak MB", "x none", "ms/step", "x none", "bounds",
+                  "met")
 DOCUMENT_COLUMNS = ("S", "tokens", "fine-tuning examples/s", "s/example vs S=1", "text pieces", "latency p50 ms",
                     "latency p99 ms", "p50 vs S=1")
 
@@ -170,6 +174,47 @@ def document_header(results):
             f"{options['latency_requests']} requests per S after {options['latency_warmup']}, one client")
 
 
+def memory_rows(results):
+    """(the recompute table, footnotes): each "memory" case's peak memory and step time, against "none" of the
+    same task, with the bounds it is held to and whether it meets them."""
+    rows, notes = [], []
+    compared = {(c["task"], c["recompute"]): c for c in recompute_comparison(results["rows"])}
+    for row in results["rows"]:
+        if row["task"] not in MEMORY_TASKS:
+            continue
+        head = [row["task"], row.get("model", ""), str(row["batch_size"]), str(row["seq_len"]), row["recompute"]]
+        figures = compared.get((row["task"], row["recompute"]))
+        if row["status"] != "ok" or figures is None:
+            rows.append(head + [_footnote(row, notes)] + [""] * (len(MEMORY_COLUMNS) - len(head) - 1))
+            continue
+        bounds = [f"{name} <= {bound}x" for name, bound in (("memory", figures["memory_bound"]),
+                                                            ("time", figures["time_bound"])) if bound is not None]
+        rows.append(head + [
+            _number(figures["peak_memory_mb"]), _number(figures["memory_ratio"], 2),
+            _number(figures["median_s"] * 1000), _number(figures["time_ratio"], 2), ", ".join(bounds),
+            {True: "MET", False: "NOT MET", None: ""}[figures["met"]],
+        ])
+    return rows, notes
+
+
+MEMORY_KIND_TEXT = {
+    "device": "the device's peak memory (TensorFlow's memory info)",
+    "tensors": "the most memory TensorFlow's tensors held at once on the CPU (its BFC allocator's statistics: "
+               "weights, AdamW slots, gradients and activations; what a GPU's memory info counts)",
+    "host": "the process's peak resident memory over its size after importing TensorFlow",
+}
+
+
+def memory_header(results):
+    """What the recompute table measured, in one line."""
+    options = results["options"]
+    kinds = {r.get("memory_kind") for r in results["rows"] if r["task"] in MEMORY_TASKS and r["status"] == "ok"}
+    where = " / ".join(MEMORY_KIND_TEXT[kind] for kind in sorted(kinds)) or "not measured"
+    return (f"training steps with each --recompute mode, float32, no XLA, dropout 0.1, median of "
+            f"{options['long_iterations']} timed steps after 1; peak MB: {where}, each case in its own process; "
+            f"x none: against recompute none of the same task")
+
+
 def target_lines(results):
     lines = []
     for target in results["targets"]:
@@ -210,8 +255,9 @@ def header_lines(results):
 
 def tables(results):
     """[(columns, body, footnotes, left-aligned columns, (title, line) above or None)]: the step table (unless
-    only the lengths or documents tasks ran), then the lengths tables when those tasks ran, the first under
-    `length_header`, then the long-documents table under `document_header` when those tasks ran."""
+    only the lengths, documents or memory tasks ran), then the lengths tables when those tasks ran, the first
+    under `length_header`, then the long-documents table under `document_header` and the recompute table under
+    `memory_header` when those tasks ran."""
     tasks = {row["task"] for row in results["rows"]}
     out = [(COLUMNS, *table_rows(results), 5, None)] if tasks & set(STEP_TASKS) or not tasks else []
     if tasks & set(LENGTH_TASKS):
@@ -221,6 +267,9 @@ def tables(results):
         out += [(*table, above if i == 0 else None) for i, table in enumerate(lengths)]
     if tasks & set(DOCUMENT_TASKS):
         out.append((DOCUMENT_COLUMNS, *document_rows(results), 1, ("Long documents:", document_header(results))))
+    if tasks & set(MEMORY_TASKS):
+        out.append((MEMORY_COLUMNS, *memory_rows(results), 5, ("Recompute (memory for compute):",
+                                                                memory_header(results))))
     return out
 
 

@@ -9,8 +9,8 @@ import tempfile
 
 import numpy as np
 
-from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, LENGTH_TASKS, Case, Unsupported, memory_length, synthetic_batch,
-                                        time_iterations)
+from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, LENGTH_TASKS, MEMORY_TASKS, Case, Unsupported, memory_length,
+                                        synthetic_batch, time_iterations)
 
 ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask")
 PRETRAIN_INPUTS = ENCODER_INPUTS + ("perm_mask", "target_mapping", "target_ids", "target_mask")
@@ -33,7 +33,9 @@ def run(case: Case) -> dict:
     keras.utils.set_random_seed(0)
     if case.implementation == "xlnet-tf-savedmodel":
         return _saved_model(case)
-    return {"inference": _inference, "finetune": _finetune, "pretrain": _pretrain}[case.task](case)
+    if case.task in MEMORY_TASKS and case.implementation != "xlnet-tf":
+        raise Unsupported(f"{case.task} is measured for xlnet-tf only")
+    return {"inference": _inference, "finetune": _finetune, "pretrain": _pretrain}[case.step_task](case)
 
 
 def _config(case):
@@ -44,6 +46,13 @@ def _config(case):
 
 def _dtype(case):
     return "mixed_bfloat16" if case.precision == "bfloat16" else "float32"
+
+
+def _training_options(case):
+    """Dropout 0.1, and the case's --recompute mode (MEMORY_TASKS; "none" otherwise)."""
+    from xlnet_tf.config import RunOptions
+
+    return RunOptions(dropout=TRAINING_DROPOUT, dropatt=TRAINING_DROPOUT, recompute=case.recompute or "none")
 
 
 def _inference(case):
@@ -69,9 +78,12 @@ def _inference(case):
 
 def train_steps(case, build_model, loss_fn, keys, model_kwargs=None, batch=None):
     """Times single steps of xlnet_tf's training loop (AdamW, clipping at 1.0) on one repeated batch: `batch`
-    (numpy arrays), by default `synthetic_batch(case)`, restricted to `keys`."""
+    (numpy arrays), by default `synthetic_batch(case)`, restricted to `keys`. On a GPU / TPU the result has
+    `peak_device_mb`: the largest device memory in use at any time since the model was built; on a CPU whose
+    allocator keeps statistics, `peak_tensor_mb` (see `cpu_tensor_peak_mb`)."""
     import tensorflow as tf
 
+    from xlnet_tf.hardware import peak_memory_mb
     from xlnet_tf.training import strategies
     from xlnet_tf.training.loop import Trainer, TrainingOptions
 
@@ -93,15 +105,27 @@ def train_steps(case, build_model, loss_fn, keys, model_kwargs=None, batch=None)
             losses.append(float(loss))
 
         seconds = time_iterations(step, case.warmup, case.iterations)
+        peaks = {"peak_device_mb": peak_memory_mb(trainer.strategy).get("peak_device_memory_mb"),
+                 "peak_tensor_mb": cpu_tensor_peak_mb()}
     return {"seconds": seconds, "note": f"Trainer step{', XLA forward/backward' if case.xla else ''}",
-            "loss_first": losses[0], "loss_last": losses[-1]}
+            "loss_first": losses[0], "loss_last": losses[-1], **{k: v for k, v in peaks.items() if v}}
+
+
+def cpu_tensor_peak_mb():
+    """The most memory TensorFlow's tensors held on the CPU at once, MB, when its CPU allocator keeps statistics
+    (a BFC allocator: TF_CPU_ALLOCATOR_USE_BFC=true, which the memory tasks' workers set), else None."""
+    import tensorflow as tf
+
+    try:
+        return tf.config.experimental.get_memory_info("CPU:0")["peak"] / 2**20
+    except (ValueError, tf.errors.OpError):
+        return None
 
 
 def _finetune(case):
-    from xlnet_tf.config import RunOptions
     from xlnet_tf.heads import classification_loss, XLNetForSequenceClassification
 
-    run_options = RunOptions(dropout=TRAINING_DROPOUT, dropatt=TRAINING_DROPOUT)
+    run_options = _training_options(case)
     return train_steps(
         case,
         lambda: XLNetForSequenceClassification(_config(case), run_options, num_labels=2, dtype=_dtype(case)),
@@ -111,11 +135,10 @@ def _finetune(case):
 
 
 def _pretrain(case):
-    from xlnet_tf.config import RunOptions
     from xlnet_tf.model import XLNetPretrainer
     from xlnet_tf.training.pretrain import TRAINING_CALL, pretraining_loss
 
-    run_options = RunOptions(dropout=TRAINING_DROPOUT, dropatt=TRAINING_DROPOUT)
+    run_options = _training_options(case)
     return train_steps(
         case,
         lambda: XLNetPretrainer(_config(case), run_options, dtype=_dtype(case)),

@@ -3,8 +3,9 @@ peak measured in the same run, peak memory and ratios against the reference impl
 "lengths" tasks (SST-2 sentence lengths), examples/s of fine-tuning and predict with length buckets, fixed and
 dynamic padding and the exported classifier's latency by text length, and, for the "documents" tasks, how a
 fine-tuning step's examples/s and the export's latency grow with the segments of a long document read with
-memory; all checked against the project's speed targets. Written to OUTPUT_DIR as results.json, report.md and
-throughput.png."""
+memory, and, for the "memory" tasks, the peak memory and step time of training steps with each --recompute
+mode against none; all checked against the project's speed and memory targets. Written to OUTPUT_DIR as
+results.json, report.md and throughput.png."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ import time
 import numpy as np
 
 from xlnet_tf.benchmarks.common import (BASE_SIZE, DEFAULT_TASKS, DOCUMENT_SEGMENTS, DOCUMENT_TASKS, LENGTH_TASKS,
-                                        PRECISIONS, STEP_TASKS, Case)
+                                        MEMORY_TASKS, PRECISIONS, STEP_TASKS, Case)
+from xlnet_tf.config import MODEL_SIZES, RECOMPUTE_MODES
 from xlnet_tf.benchmarks.flops import step_flops
 from xlnet_tf.benchmarks.worker import RESULT_PREFIX
 
@@ -49,6 +51,13 @@ DOCUMENT_CASES = (
     *(("xlnet-tf", "documents-finetune", (segments,)) for segments in DOCUMENT_SEGMENTS),
     ("xlnet-tf-savedmodel", "documents-latency", DOCUMENT_SEGMENTS),
 )
+# The "memory" tasks' bounds on a --recompute mode against "none" (same task, size, batch and length):
+# {mode: (peak memory ratio at most, step time ratio at most)}; None: reported without a bound.
+RECOMPUTE_BOUNDS = {"blocks": (0.5, 1.35), "attention": (None, None)}
+# What a "memory" row's peak memory is, most exact first: {memory_kind: the result's key}. "device": the GPU's /
+# TPU's peak from TensorFlow's memory info; "tensors": the peak of TensorFlow's tensors on the CPU (its BFC
+# allocator's statistics); "host": the process's peak resident size over its size after the imports.
+MEMORY_KINDS = {"device": "peak_device_mb", "tensors": "peak_tensor_mb", "host": "peak_mb"}
 HAS_XLA = ("xlnet-tf", "keras-hub", "model-garden")
 PACKAGES = ("tensorflow", "keras", "tensorflow-text", "keras-hub", "tf-models-official", "tf-keras", "torch",
             "transformers")
@@ -98,7 +107,12 @@ class BenchmarkOptions:
     The "documents" tasks (not run by default) run at seq_len per segment, float32 without XLA, for each
     count in DOCUMENT_SEGMENTS: fine-tuning steps on batches of `documents_batch_size` documents (`warmup`
     untimed, `iterations` timed) and the export's latency (`latency_requests` requests per count after
-    `latency_warmup`)."""
+    `latency_warmup`).
+
+    The "memory" tasks (not run by default) time a pretraining step of `size` at batch
+    `memory_pretrain_batch_size` and a fine-tuning step of `memory_finetune_size` at batch
+    `memory_finetune_batch_size`, both at `memory_seq_len`, float32 without XLA, once per recompute mode (1
+    untimed step, `long_iterations` timed), each in its own process for its peak memory."""
 
     size: dict = dataclasses.field(default_factory=lambda: dict(BASE_SIZE))
     batch_size: int = 8
@@ -119,6 +133,11 @@ class BenchmarkOptions:
     latency_requests: int = 50
     latency_warmup: int = 10
     documents_batch_size: int = 4
+    memory_seq_len: int = 512
+    memory_pretrain_batch_size: int = 8
+    memory_finetune_batch_size: int = 4
+    memory_finetune_size: dict = dataclasses.field(
+        default_factory=lambda: {key: getattr(MODEL_SIZES["large"], key) for key in BASE_SIZE})
     timeout: float = 1800.0
 
 
@@ -148,7 +167,7 @@ def plan_cases(options: BenchmarkOptions):
                             warmup=1 if long else options.warmup,
                             iterations=options.long_iterations if long else options.iterations,
                         ))
-    return cases + plan_length_cases(options) + plan_document_cases(options)
+    return cases + plan_length_cases(options) + plan_document_cases(options) + plan_memory_cases(options)
 
 
 def plan_length_cases(options: BenchmarkOptions):
@@ -190,10 +209,24 @@ def plan_document_cases(options: BenchmarkOptions):
     return cases
 
 
+def plan_memory_cases(options: BenchmarkOptions):
+    """The "memory" tasks' cases, one per (task, recompute mode), "none" first, when "memory" is asked for and
+    xlnet-tf is among the implementations."""
+    if "memory" not in options.tasks or "xlnet-tf" not in options.implementations:
+        return []
+    sizes = {"memory-pretrain": (options.size, options.memory_pretrain_batch_size),
+             "memory-finetune": (options.memory_finetune_size, options.memory_finetune_batch_size)}
+    return [Case("xlnet-tf", task, sizes[task][1], options.memory_seq_len, "float32", False,
+                 tuple(sorted(sizes[task][0].items())), warmup=1, iterations=options.long_iterations, recompute=mode)
+            for task in MEMORY_TASKS for mode in RECOMPUTE_MODES]
+
+
 def run_worker(arguments, timeout):
     """Runs `python -m xlnet_tf.benchmarks.worker ARGUMENTS` -> its result dict (status "failed" when none)."""
     command = [sys.executable, "-m", "xlnet_tf.benchmarks.worker", *arguments]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+    if any(f'"{task}"' in argument for argument in arguments for task in MEMORY_TASKS):
+        env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"  # CPU tensor memory statistics (`cpu_tensor_peak_mb`)
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -211,6 +244,13 @@ def summarize(case: Case, result: dict, peaks: dict):
     median step)."""
     row = {**case.to_dict(), "label": case.label(), **result}
     row.pop("size")
+    if case.task in MEMORY_TASKS:
+        row["model"] = _size_name(case.dims)
+        if result.get("status") == "ok":
+            kind = next(kind for kind, key in MEMORY_KINDS.items() if key in result)
+            row.update(median_s=float(np.median(result["seconds"])), peak_memory_mb=result[MEMORY_KINDS[kind]],
+                       memory_kind=kind)
+        return row
     if case.task in DOCUMENT_TASKS:
         if result.get("status") == "ok" and case.task == "documents-finetune":
             row["examples_per_s"] = case.batch_size / float(np.median(result["seconds"]))
@@ -225,6 +265,39 @@ def summarize(case: Case, result: dict, peaks: dict):
         row.update(median_s=seconds, tokens_per_s=case.tokens / seconds, gflops=gflops,
                    peak_fraction=gflops / peaks[case.precision] if peaks.get(case.precision) else None)
     return row
+
+
+def _size_name(dims):
+    """"base" / "large" / "tiny" for a published size's dimensions, else the dimensions as text."""
+    return next((name for name, config in MODEL_SIZES.items()
+                 if all(getattr(config, key) == value for key, value in dims.items())),
+                ",".join(f"{key}={value}" for key, value in sorted(dims.items())))
+
+
+def recompute_comparison(rows):
+    """Each "memory" row that ran, against the "none" row of its task: one dict per row with task, model,
+    batch_size, seq_len, recompute, peak_memory_mb (device memory on a GPU / TPU, else the process's peak
+    resident growth), memory_kind, median_s, memory_ratio and time_ratio (None without a "none" row), their
+    bounds (RECOMPUTE_BOUNDS) and met (True / False, None when a bound or a ratio is missing)."""
+    ran = [r for r in rows if r["task"] in MEMORY_TASKS and r["status"] == "ok"]
+    reference = {r["task"]: r for r in ran if r["recompute"] == "none"}
+    compared = []
+    for row in ran:
+        none = reference.get(row["task"])
+        memory_bound, time_bound = RECOMPUTE_BOUNDS.get(row["recompute"], (None, None))
+        memory_ratio = row["peak_memory_mb"] / none["peak_memory_mb"] if none else None
+        time_ratio = row["median_s"] / none["median_s"] if none else None
+        bounded = [(value, bound) for value, bound in ((memory_ratio, memory_bound), (time_ratio, time_bound))
+                   if bound is not None]
+        met = None if not bounded or any(value is None for value, _ in bounded) else \
+            all(value <= bound for value, bound in bounded)
+        compared.append({
+            **{key: row[key] for key in ("task", "model", "batch_size", "seq_len", "recompute", "peak_memory_mb",
+                                         "memory_kind", "median_s")},
+            "memory_ratio": memory_ratio, "time_ratio": time_ratio, "memory_bound": memory_bound,
+            "time_bound": time_bound, "met": met,
+        })
+    return compared
 
 
 def best(rows, implementation, task, seq_len, precision="float32"):
@@ -400,5 +473,7 @@ def run_benchmark(options: BenchmarkOptions, output_dir, progress=True):
     }
     if "documents" in options.tasks:
         results["documents"] = document_growth(rows)
+    if "memory" in options.tasks:
+        results["memory"] = recompute_comparison(rows)
     report.write(results, output_dir)
     return results

@@ -1,7 +1,7 @@
 """The benchmark suite: FLOP counts by hand, the synthetic batches, the SST-2 length histogram and its seeded
 sampler, the plan of cases, targets and report on fabricated rows (step cases, the lengths and the documents
-tasks), the worker's statuses, one tiny end-to-end run of `xlnet-tf benchmark --quick` and one tiny run of the
-documents tasks in process.
+tasks, and the memory tasks' recompute comparison), the worker's statuses, one tiny end-to-end run of
+`xlnet-tf benchmark --quick` and tiny runs of the documents and memory tasks in process.
 
 Speed is never asserted; every checked figure is printed next to its bound (run with -s to see them).
 """
@@ -414,7 +414,9 @@ def test_cli_end_to_end(tmp_path):
 @pytest.mark.parametrize("flags, named", [(["--tasks", "inference,nope"], "--tasks"),
                                           (["--iterations", "0"], "--iterations"),
                                           (["--lengths-batch-size", "0"], "--lengths-batch-size"),
-                                          (["--documents-batch-size", "0"], "--documents-batch-size")])
+                                          (["--documents-batch-size", "0"], "--documents-batch-size"),
+                                          (["--memory-pretrain-batch-size", "0"], "--memory-pretrain-batch-size"),
+                                          (["--memory-seq-len", "0"], "--memory-seq-len")])
 def test_cli_flag_errors(capsys, tmp_path, flags, named):
     code = cli.main(["benchmark", "--output-dir", str(tmp_path / "never"), *flags])
     err = capsys.readouterr().err
@@ -565,3 +567,146 @@ def test_documents_run_in_process(monkeypatch, tmp_path):
     assert len(table) == 3 and "Long documents:" in markdown and "| tokens/s |" not in markdown
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["documents"] == growth and saved["rows"][2]["by_segments"][1]["segments"] == 2
+
+
+def test_plan_memory_cases():
+    """Not by default; with --tasks memory: a base pretraining step at batch 8 and a large fine-tuning step at
+    batch 4, both at T = 512, once per recompute mode, "none" first."""
+    assert not [c for c in plan_cases(BenchmarkOptions()) if c.task.startswith("memory")]
+    cases = plan_cases(BenchmarkOptions(tasks=("memory",)))
+    found = [(c.task, c.recompute, c.batch_size, c.seq_len, c.dims["n_layer"], c.dims["d_model"], c.warmup,
+              c.iterations) for c in cases]
+    print(f"memory cases {found} (bound: pretrain base b8, finetune large b4, T 512, none/blocks/attention, 1 + 3 "
+          f"steps)")
+    assert found == [(task, mode, batch, 512, layers, width, 1, 3)
+                     for task, batch, layers, width in (("memory-pretrain", 8, 12, 768),
+                                                        ("memory-finetune", 4, 24, 1024))
+                     for mode in ("none", "blocks", "attention")]
+    assert cases[1].label() == "xlnet-tf memory-pretrain recompute=blocks T=512 float32"
+    assert cases[1].to_dict()["recompute"] == "blocks" and cases[1].step_task == "pretrain"
+    assert "recompute" not in small_case("pretrain").to_dict()
+    check("memory-finetune FLOPs == finetune FLOPs", step_flops(dataclasses.replace(cases[3], task="finetune")),
+          step_flops(cases[3]))
+    assert not plan_cases(BenchmarkOptions(tasks=("memory",), implementations=("transformers",)))
+
+
+def fabricated_memory_results():
+    """Rows of the memory tasks as `summarize` makes them: pretraining (CPU tensor peaks, which rank before the
+    resident sizes beside them) none 10,000 MB / 10 s, blocks 4,000 MB / 12 s (met), attention 7,000 MB / 11 s
+    (no bound); fine-tuning (resident sizes only) none 8,000 MB / 4 s, blocks 4,400 MB / 5 s (memory not met),
+    attention failed."""
+    options = BenchmarkOptions(tasks=("memory",))
+    size = tuple(sorted(SMALL.items()))
+    rows = []
+    for task, mode, result in (
+            ("memory-pretrain", "none", {"peak_mb": 1.0, "peak_tensor_mb": 10000.0, "seconds": [10.0, 9.0, 11.0]}),
+            ("memory-pretrain", "blocks", {"peak_mb": 3.0, "peak_tensor_mb": 4000.0, "seconds": [12.0]}),
+            ("memory-pretrain", "attention", {"peak_mb": 2.0, "peak_tensor_mb": 7000.0, "seconds": [11.0]}),
+            ("memory-finetune", "none", {"peak_mb": 8000.0, "seconds": [4.0]}),
+            ("memory-finetune", "blocks", {"peak_mb": 4400.0, "seconds": [5.0]}),
+            ("memory-finetune", "attention", {"status": "failed", "error": "ResourceExhaustedError: OOM"})):
+        case = Case("xlnet-tf", task, 8, 512, size=size, recompute=mode)
+        rows.append(summarize(case, {"status": "ok", **result} if "status" not in result else result, {}))
+    return {"machine": machine_info(), "matmul_peak_gflops": {}, "matmul": {"status": "ok"},
+            "options": {**dataclasses.asdict(options), "xla_modes": list(options.xla_modes)}, "rows": rows,
+            "targets": evaluate_targets(rows, options), "wall_s": 3.0, "memory": suite.recompute_comparison(rows)}
+
+
+def test_recompute_comparison_and_report(tmp_path, capsys):
+    results = fabricated_memory_results()
+    compared = {(c["task"], c["recompute"]): c for c in results["memory"]}
+    print(f"compared {sorted(compared)} (bound 5: the failed case is left out)")
+    assert len(compared) == 5 and ("memory-finetune", "attention") not in compared
+    check("pretrain blocks memory ratio", compared["memory-pretrain", "blocks"]["memory_ratio"], 0.4)
+    check("pretrain blocks time ratio", compared["memory-pretrain", "blocks"]["time_ratio"], 1.2)
+    check("finetune blocks memory ratio", compared["memory-finetune", "blocks"]["memory_ratio"], 0.55)
+    verdicts = {key: c["met"] for key, c in compared.items()}
+    print(f"verdicts {verdicts} (bound: pretrain blocks True, finetune blocks False, others None)")
+    assert verdicts == {("memory-pretrain", "none"): None, ("memory-pretrain", "blocks"): True,
+                        ("memory-pretrain", "attention"): None, ("memory-finetune", "none"): None,
+                        ("memory-finetune", "blocks"): False}
+    kinds = {key: c["memory_kind"] for key, c in compared.items()}
+    print(f"memory kinds {kinds} (bound: tensors for pretraining, host for fine-tuning)")
+    assert {kind for (task, _), kind in kinds.items() if task == "memory-pretrain"} == {"tensors"}
+    assert {kind for (task, _), kind in kinds.items() if task == "memory-finetune"} == {"host"}
+    report.write(results, str(tmp_path))
+    printed = capsys.readouterr().out
+    markdown = report.format_markdown(results)
+    table = [line for line in markdown.splitlines() if line.startswith("| ")]
+    print(f"markdown table lines {len(table)} (bound == 1 header + 6 cases)")
+    assert len(table) == 7 and table[0].startswith("| task | model | batch | T | recompute | peak MB |")
+    model = ",".join(f"{k}={v}" for k, v in sorted(SMALL.items()))
+    assert f"| memory-pretrain | {model} | 8 | 512 | blocks | 4,000 | 0.40 | 12,000 | 1.20 | memory <= 0.5x, " \
+           f"time <= 1.35x | MET |" in table
+    assert f"| memory-finetune | {model} | 8 | 512 | blocks | 4,400 | 0.55 | 5,000 | 1.25 | memory <= 0.5x, " \
+           f"time <= 1.35x | NOT MET |" in table
+    assert f"| memory-pretrain | {model} | 8 | 512 | none | 10,000 | 1.00 | 10,000 | 1.00 |  |  |" in table
+    assert f"| memory-finetune | {model} | 8 | 512 | attention | failed (1) |" in markdown
+    assert "ResourceExhaustedError: OOM" in markdown and "Recompute (memory for compute):" in markdown
+    assert "BFC allocator's statistics" in markdown and "peak resident memory" in markdown
+    assert "| tokens/s |" not in markdown and "NOT MET" in printed
+    assert json.loads((tmp_path / "results.json").read_text())["memory"] == results["memory"]
+
+
+def test_cli_memory_flags(monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setattr(suite, "run_benchmark", lambda options, output_dir: seen.append(options) or {"rows": []})
+    assert cli.main(["benchmark", "--tasks", "memory", "--memory-seq-len", "64", "--memory-pretrain-batch-size", "3",
+                     "--memory-finetune-batch-size", "2", "--memory-finetune-size", "tiny",
+                     "--output-dir", str(tmp_path)]) == 0
+    options = seen[0]
+    print(f"memory options: T {options.memory_seq_len}, batches {options.memory_pretrain_batch_size} / "
+          f"{options.memory_finetune_batch_size}, fine-tuning d_model {options.memory_finetune_size['d_model']} "
+          f"(bound 64, 3 / 2, 64: tiny)")
+    assert (options.tasks, options.memory_seq_len, options.memory_pretrain_batch_size,
+            options.memory_finetune_batch_size, options.memory_finetune_size["d_model"]) == (("memory",), 64, 3, 2, 64)
+
+
+def test_memory_run_in_process(monkeypatch, tmp_path):
+    """`run_benchmark` with the memory tasks, every case measured in this process: tiny models at T = 16, one
+    untimed and one timed step each, recompute none and blocks. Both start from the same seeds, so each task's
+    first loss is the same in both (the recomputation changes no number)."""
+    from xlnet_tf.benchmarks.worker import measure_case, measure_matmul
+
+    def in_process(arguments, timeout):
+        return measure_matmul(64, 1) if arguments[0] == "--matmul" else measure_case(json.loads(arguments[0]))
+
+    monkeypatch.setattr(suite, "run_worker", in_process)
+    monkeypatch.setattr(suite, "RECOMPUTE_MODES", ("none", "blocks"))  # attention: the same code path
+    options = BenchmarkOptions(size={**SMALL, "n_token": 300}, tasks=("memory",), implementations=("xlnet-tf",),
+                               long_iterations=1, memory_seq_len=16, memory_pretrain_batch_size=2,
+                               memory_finetune_batch_size=2, memory_finetune_size={**SMALL, "n_token": 300})
+    results = suite.run_benchmark(options, str(tmp_path), progress=False)
+    rows = results["rows"]
+    print(f"rows {[(r['label'], r['status'], r.get('error')) for r in rows]} (bound 4, all ok)")
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
+    for task in ("memory-pretrain", "memory-finetune"):
+        first = {r["recompute"]: r["loss_first"] for r in rows if r["task"] == task}
+        print(f"{task} first loss by mode {first} (bound: equal, finite)")
+        assert len(set(first.values())) == 1 and math.isfinite(first["none"])
+    for entry in results["memory"]:
+        print(f"{entry['task']} {entry['recompute']}: peak {entry['peak_memory_mb']:.0f} MB ({entry['memory_kind']}; "
+              f"bound: tensors or host, as this process's allocator keeps statistics or not), "
+              f"{entry['median_s'] * 1000:.0f} ms/step (bound > 0, finite)")
+        assert entry["median_s"] > 0 and math.isfinite(entry["peak_memory_mb"])
+        assert entry["memory_kind"] in ("tensors", "host")
+    assert "Recompute (memory for compute):" in (tmp_path / "report.md").read_text()
+
+
+def test_memory_workers_count_tensor_memory(monkeypatch):
+    """The memory tasks' workers run with TensorFlow's BFC allocator on the CPU (TF_CPU_ALLOCATOR_USE_BFC), whose
+    statistics give the peak of tensor memory; other workers keep the default allocator."""
+    from xlnet_tf.benchmarks.worker import RESULT_PREFIX
+
+    seen = []
+
+    def fake_run(command, capture_output, text, timeout, env):
+        seen.append(env.get("TF_CPU_ALLOCATOR_USE_BFC"))
+        return subprocess.CompletedProcess(command, 0, RESULT_PREFIX + '{"status": "ok"}\n', "")
+
+    monkeypatch.setattr(suite.subprocess, "run", fake_run)
+    memory = Case("xlnet-tf", "memory-pretrain", 2, 8, size=tuple(sorted(SMALL.items())), recompute="blocks")
+    for case in (memory, small_case("pretrain")):
+        assert suite.run_worker([json.dumps(case.to_dict())], 10) == {"status": "ok"}
+    print(f"TF_CPU_ALLOCATOR_USE_BFC per worker {seen} (bound ['true', None])")
+    assert seen == ["true", None]

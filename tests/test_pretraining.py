@@ -1,5 +1,6 @@
-"""`xlnet-tf pretrain`: the loss falls, strategies agree, a killed run resumes exactly, XLA and bfloat16 run,
-memory flows from step to step, and a NaN stops the run keeping the last good checkpoint."""
+"""`xlnet-tf pretrain`: the loss falls, strategies agree (with and without --recompute), a killed run resumes
+exactly (with --recompute blocks), XLA and bfloat16 run (with recompute), memory flows from step to step, and a
+NaN stops the run keeping the last good checkpoint."""
 
 import json
 import os
@@ -92,16 +93,18 @@ def test_plm_loss_falls(data_dir, tmp_path):
 
 
 def test_same_loss_curve_on_one_device_mirrored_and_multi_worker(data_dir, tmp_path):
+    """One device without recompute; mirrored recomputing blocks, multi-worker recomputing attention."""
     common = ("--dropout", "0.0", "--dropatt", "0.0")
     assert main(pretrain_args(data_dir, tmp_path / "one", 6, "--strategy", "one_device", *common)) == 0
     mirrored = cli_process(pretrain_args(data_dir, tmp_path / "mirrored", 6, "--strategy", "mirrored",
-                                         "--cpu-devices", "2", *common))
+                                         "--cpu-devices", "2", "--recompute", "blocks", *common))
     ports = [free_port(), free_port()]
     workers = []
     for index in range(2):
         config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": index}}
         workers.append(cli_process(pretrain_args(data_dir, tmp_path / f"worker{index}", 6, "--strategy", "multi_worker",
-                                                 *common), env={"TF_CONFIG": json.dumps(config)}))
+                                                 "--recompute", "attention", *common),
+                                   env={"TF_CONFIG": json.dumps(config)}))
     for process in [mirrored, *workers]:
         finish(process)
     one, two, multi = losses(tmp_path / "one"), losses(tmp_path / "mirrored"), losses(tmp_path / "worker0")
@@ -115,8 +118,10 @@ def test_same_loss_curve_on_one_device_mirrored_and_multi_worker(data_dir, tmp_p
 
 def test_killed_run_resumes_to_the_same_weights(data_dir, tmp_path):
     """SIGKILL in the middle, rerun the same command: same final weights as an uninterrupted run
-    (deterministic ops, dropout on so the random state must resume too, memory on)."""
-    common = ("--strategy", "one_device", "--deterministic", "--save-every", "4", "--steps-per-loop", "2")
+    (deterministic ops, dropout on so the random state must resume too, memory on, blocks recomputed in the
+    backward pass with the forward pass's dropout masks)."""
+    common = ("--strategy", "one_device", "--deterministic", "--save-every", "4", "--steps-per-loop", "2",
+              "--recompute", "blocks")
     whole = cli_process(pretrain_args(data_dir, tmp_path / "whole", 16, *common))
     finish(whole)
     killed_dir = tmp_path / "killed"
@@ -144,7 +149,8 @@ def test_killed_run_resumes_to_the_same_weights(data_dir, tmp_path):
 def test_xla_bfloat16_accumulation_and_mlm_runs_train(data_dir, tmp_path):
     from xlnet_tf.model import XLNetPretrainer
 
-    for name, extra in (("xla", ["--jit-compile"]), ("bf16", ["--mixed-precision", "bfloat16"]),
+    for name, extra in (("xla", ["--jit-compile", "--recompute", "blocks"]),
+                        ("bf16", ["--mixed-precision", "bfloat16", "--recompute", "attention"]),
                         ("accumulation", ["--grad-accum-steps", "2", "--batch-size", "4"]),
                         ("mlm", ["--objective", "mlm"])):
         model_dir = tmp_path / name

@@ -7,6 +7,7 @@ import functools
 import json
 import sys
 
+from xlnet_tf.config import RECOMPUTE_MODES
 from xlnet_tf.errors import UserError
 
 
@@ -53,7 +54,7 @@ def _benchmark(args):
     from xlnet_tf.config import MODEL_SIZES
 
     for flag in ("batch_size", "seq_len", "iterations", "long_iterations", "lengths_batch_size", "lengths_steps",
-                 "documents_batch_size"):
+                 "documents_batch_size", "memory_seq_len", "memory_pretrain_batch_size", "memory_finetune_batch_size"):
         if getattr(args, flag) < 1:
             raise UserError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     if args.warmup < 0 or args.long_seq_len < 0:
@@ -72,6 +73,9 @@ def _benchmark(args):
         "warmup": args.warmup, "iterations": args.iterations, "long_iterations": args.long_iterations,
         "lengths_batch_size": args.lengths_batch_size, "lengths_steps": args.lengths_steps, "timeout": args.timeout,
         "documents_batch_size": args.documents_batch_size,
+        "memory_seq_len": args.memory_seq_len, "memory_pretrain_batch_size": args.memory_pretrain_batch_size,
+        "memory_finetune_batch_size": args.memory_finetune_batch_size,
+        "memory_finetune_size": {key: getattr(MODEL_SIZES[args.memory_finetune_size], key) for key in BASE_SIZE},
         **quick,
     })
     results = run_benchmark(options, args.output_dir)
@@ -105,7 +109,7 @@ def _pretrain(args):
                         f"({args.data_dir}/metadata.json)")
     config = resolve_config(args.config, args.model_size, metadata["vocab_size"])
     run_options = RunOptions(
-        dropout=args.dropout, dropatt=args.dropatt,
+        dropout=args.dropout, dropatt=args.dropatt, recompute=args.recompute,
         mem_len=metadata["reuse_len"] if args.mem_len is None else args.mem_len,
         reuse_len=metadata["reuse_len"], bi_data=bool(metadata.get("bi_data")), clamp_len=args.clamp_len,
     )
@@ -139,7 +143,7 @@ def _finetune(args):
         doc_stride=args.doc_stride, max_query_len=args.max_query_len, epochs=args.epochs,
         mixed_precision=args.mixed_precision, bucket_boundaries=args.bucket_boundaries, long_doc=args.long_doc,
         max_doc_len=args.max_doc_len, mem_len=args.mem_len, grad_segments=args.grad_segments,
-        run_options=RunOptions(dropout=args.dropout, dropatt=args.dropatt),
+        run_options=RunOptions(dropout=args.dropout, dropatt=args.dropatt, recompute=args.recompute),
     )
     probe = setup(config=None, spm_model=None)  # bad flags fail before any work
     parse_widths(args.bucket_boundaries, args.max_seq_len, probe.doc_len)
@@ -206,6 +210,10 @@ def _add_training_flags(parser, steps_required=True):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--dropatt", type=float, default=0.1)
+    parser.add_argument("--recompute", default="none", choices=RECOMPUTE_MODES,
+                        help="recompute in the backward pass instead of keeping: blocks = every block's activations "
+                             "(least memory, about a third more compute), attention = only the attention scores "
+                             "and probabilities (the part that grows with length squared)")
 
 
 def _create_pretraining_data(args):
@@ -362,7 +370,9 @@ def build_parser():
     bench.add_argument("--tasks", default="inference,finetune,pretrain,lengths",
                        help="lengths: fine-tuning, predict and the export's latency on SST-2 sentence lengths; "
                             "documents (not by default): fine-tuning examples/s and the export's latency on long "
-                            "documents of 1, 2, 4 and 8 segments of --seq-len read with memory")
+                            "documents of 1, 2, 4 and 8 segments of --seq-len read with memory; memory (not by "
+                            "default): peak memory and step time of a pretraining step (--model-size) and a "
+                            "fine-tuning step (--memory-finetune-size) with each --recompute mode")
     bench.add_argument("--precisions", default="float32,bfloat16", help="of xlnet-tf (references: float32)")
     bench.add_argument("--xla", default="both", choices=("both", "on", "off"))
     bench.add_argument("--implementations", default="xlnet-tf,xlnet-tf-savedmodel,keras-hub,model-garden,transformers",
@@ -375,6 +385,13 @@ def build_parser():
                        help="timed fine-tuning steps of the lengths task (after warm-up steps of every bucket)")
     bench.add_argument("--documents-batch-size", type=int, default=4,
                        help="documents per fine-tuning batch of the documents task")
+    bench.add_argument("--memory-seq-len", type=int, default=512, help="length of the memory task's steps")
+    bench.add_argument("--memory-pretrain-batch-size", type=int, default=8,
+                       help="batch of the memory task's pretraining step")
+    bench.add_argument("--memory-finetune-batch-size", type=int, default=4,
+                       help="batch of the memory task's fine-tuning step")
+    bench.add_argument("--memory-finetune-size", default="large", choices=("tiny", "base", "large"),
+                       help="model size of the memory task's fine-tuning step")
     bench.add_argument("--timeout", type=float, default=1800.0, help="seconds per case")
     bench.add_argument("--quick", action="store_true",
                        help="3 timed steps after 1, no XLA, no long sequences, a few lengths steps and requests: "

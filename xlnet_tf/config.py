@@ -17,6 +17,7 @@ from xlnet_tf.errors import UserError
 # transformers' XLNet calls "gelu". Converters keep their source's meaning.
 FF_ACTIVATIONS = ("relu", "gelu", "gelu_exact")
 ATTN_TYPES = ("bi", "uni")
+RECOMPUTE_MODES = ("none", "blocks", "attention")  # see RunOptions.recompute
 
 
 class ConfigError(UserError):
@@ -110,7 +111,9 @@ class RunOptions:
     the current segment are cached (0 = all); bi_data: the first half of the batch uses forward relative
     positions and the second half backward ones; clamp_len: relative distances are clamped to this (-1 = no
     clamp); same_length: with "uni", every position attends to the same number of keys; attn_type: "bi"
-    (bidirectional) or "uni" (causal); initializer_range: stddev of the normal initialiser.
+    (bidirectional) or "uni" (causal); initializer_range: stddev of the normal initialiser; recompute: what
+    training recomputes in the backward pass instead of keeping ("none"; "blocks": every block's activations
+    from its inputs; "attention": only the [B, N, Q, K] attention scores and probabilities).
     """
 
     dropout: float = 0.1
@@ -122,6 +125,7 @@ class RunOptions:
     same_length: bool = False
     attn_type: str = "bi"
     initializer_range: float = 0.02
+    recompute: str = "none"
 
     def __post_init__(self):
         for name in ("dropout", "dropatt"):
@@ -136,6 +140,8 @@ class RunOptions:
             raise ConfigError(f"RunOptions.clamp_len must be -1 (no clamp) or >= 0, got {self.clamp_len!r}")
         if self.attn_type not in ATTN_TYPES:
             raise ConfigError(f"RunOptions.attn_type must be one of {ATTN_TYPES}, got {self.attn_type!r}")
+        if self.recompute not in RECOMPUTE_MODES:
+            raise ConfigError(f"RunOptions.recompute must be one of {RECOMPUTE_MODES}, got {self.recompute!r}")
         if self.initializer_range <= 0:
             raise ConfigError(f"RunOptions.initializer_range must be > 0, got {self.initializer_range!r}")
 

@@ -82,7 +82,7 @@ class XLNetModel(keras.Model):
             block = XLNetBlock(
                 cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_inner, ff_activation=cfg.ff_activation,
                 dropout=run.dropout, dropatt=run.dropatt, initializer_range=run.initializer_range,
-                name=f"layer_{i}", **sub,
+                recompute=run.recompute, name=f"layer_{i}", **sub,
             )
             setattr(self, f"layer_{i}", block)
         self.build()

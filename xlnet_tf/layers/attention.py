@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from xlnet_tf.layers.dropout import Dropout
 from xlnet_tf.layers.masks import gather_rows
+from xlnet_tf.layers.recompute import recomputed
 
 
 def relative_shift(scores, klen):
@@ -80,10 +81,15 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
 
     Weights: q, k, v, r, o kernels [d_model, n_head, d_head] without biases. The relative-attention biases and
     the segment embedding are passed in, since the original shares them across layers when `untie_r` is off.
+
+    With `recompute_scores`, training keeps no [B, N, Q, K] tensor (scores, probabilities, their dropout) for
+    the backward pass: each stream's attention is recomputed from its query, key, value and position heads.
     """
 
-    def __init__(self, d_model, n_head, d_head, dropout=0.0, dropatt=0.0, initializer_range=0.02, **kwargs):
+    def __init__(self, d_model, n_head, d_head, dropout=0.0, dropatt=0.0, initializer_range=0.02,
+                 recompute_scores=False, **kwargs):
         super().__init__(**kwargs)
+        self.recompute_scores = recompute_scores
         self.d_model = d_model
         self.n_head = n_head
         self.d_head = d_head
@@ -126,6 +132,7 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         position_heads=None,
         return_heads=False,
         detach_keys=False,
+        dropout_seeds=None,
     ):
         """content [B, T, d]; query [B, P, d] or None; mems [B, M, d] or None; position_encoding [C, R, d]
         (C = 2 with bi_data); *_blocked bool [B, T or P, M + T]; *_segment_different bool, same shapes, or
@@ -140,9 +147,11 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         probabilities [B, n_head, T (or S), M + T], and with `return_heads` the key and value heads of
         [memory; content] ((k, v), [B, N, M + T, H]). `detach_keys` projects keys and values from the inputs
         without their gradient (the projection weights keep theirs): a segment whose states become memory
-        without gradient, as the original's stop_gradient on memory.
+        without gradient, as the original's stop_gradient on memory. `dropout_seeds`: from `draw_dropout_seeds`
+        (drawn here when None).
         """
         dtype = self.compute_dtype
+        seeds = (dropout_seeds or self.draw_dropout_seeds(query is not None)) if training else {}
         # Heads are kept head-major ([B, N, T, H]) so that every attention product is a plain batched matmul.
         keys_input = content if memory_heads is not None or mems is None else tf.concat(
             [tf.cast(mems, content.dtype), content], axis=1)
@@ -166,12 +175,16 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         segment_change = None if segment_embedding is None else tf.cast(
             segment_embedding[1] - segment_embedding[0], dtype)  # [N, H]
 
-        def attend(q_head, shift, blocked, segment_different):
-            position_scores = shift(self._position_scores(add_head_bias(q_head, biases[1]), r_head))
-            return self._attend(
-                q_head, k_head, v_head, position_scores, blocked, segment_different,
-                biases[0], biases[2], segment_change, training,
-            )
+        def attend(q_head, shift, blocked, segment_different, seed, keep_probs=False):
+            def scores_to_vectors(operands):
+                q, k, v, r, (content_bias, position_bias, segment_bias), change, seed = operands
+                position_scores = shift(self._position_scores(add_head_bias(q, position_bias), r))
+                return self._attend(q, k, v, position_scores, blocked, segment_different, content_bias,
+                                    segment_bias, change, training, seed, keep_probs)
+
+            operands = (q_head, k_head, v_head, r_head, biases, segment_change, seed)
+            return recomputed(scores_to_vectors, operands) if training and self.recompute_scores else \
+                scores_to_vectors(operands)
 
         if content_positions is None:
             rows, content_shift = content, lambda s: relative_shift(s, klen)
@@ -186,21 +199,32 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         streams = rows if query is None else tf.concat([rows, tf.cast(query, content.dtype)], axis=1)
         heads = tf.einsum("btd,dnh->bnth", streams, tf.cast(self.q, dtype))
         q_head, g_head = (heads, None) if query is None else split_streams(heads, num_rows, axis=2)
-        content_vec, content_probs = attend(q_head, content_shift, content_blocked, content_segment_different)
+        content_vec, content_probs = attend(q_head, content_shift, content_blocked, content_segment_different,
+                                            seeds.get("content"), keep_probs=return_attention)
         extra = ((content_probs,) if return_attention else ()) + (((k_head, v_head),) if return_heads else ())
         if query is None:
-            return (self._post_attention(content_vec, rows, training), None) + extra
+            return (self._post_attention(content_vec, rows, training, seeds.get("output")), None) + extra
 
         query_vec, _ = attend(
             g_head,
             lambda s: shift_at_positions(s, query_positions, qlen, klen),
             query_blocked,
             query_segment_different,
+            seeds.get("query"),
         )
         # As the original maps the query stream back through `target_mapping`: all-zero rows give zeros.
         query_vec = query_vec * tf.cast(query_valid, dtype)[:, None, :, None]
-        out = self._post_attention(tf.concat([content_vec, query_vec], axis=2), streams, training)
+        out = self._post_attention(tf.concat([content_vec, query_vec], axis=2), streams, training,
+                                   seeds.get("output"))
         return split_streams(out, num_rows, axis=1) + extra
+
+    def draw_dropout_seeds(self, two_streams):
+        """The seeds of one training call's dropout masks (see `Dropout.draw_seed`): a dict."""
+        seeds = {"content": self.attention_dropout.draw_seed()}
+        if two_streams:
+            seeds["query"] = self.attention_dropout.draw_seed()
+        seeds["output"] = self.output_dropout.draw_seed()
+        return seeds
 
     def project_positions(self, position_encoding):
         """[C, R, d] relative encoding -> the position heads [C, N, R, H] (compute dtype)."""
@@ -218,7 +242,7 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         return tf.reshape(scores, [batch, heads, qlen, _shape(r_head)[2]])
 
     def _attend(self, q_head, k_head, v_head, position_scores, blocked, segment_different, content_bias,
-                segment_bias, segment_change, training):
+                segment_bias, segment_change, training, seed=None, return_probs=True):
         scores = tf.matmul(add_head_bias(q_head, content_bias), k_head, transpose_b=True) + position_scores
         if segment_change is not None and segment_different is not None:
             change = tf.einsum("bnqh,nh->bnq", add_head_bias(q_head, segment_bias), segment_change)
@@ -229,12 +253,12 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         # the backward pass needs no select over [B, N, Q, K].
         scores += tf.where(blocked, MASKED_SCORE, 0.0)[:, None]
         probs = tf.cast(tf.nn.softmax(scores, axis=-1), q_head.dtype)
-        dropped = self.attention_dropout(probs, training=training)
-        return tf.matmul(dropped, v_head), probs
+        dropped = self.attention_dropout(probs, training=training, seed=seed)
+        return tf.matmul(dropped, v_head), probs if return_probs else None
 
-    def _post_attention(self, attended, residual, training):
+    def _post_attention(self, attended, residual, training, seed=None):
         out = tf.einsum("bnqh,dnh->bqd", attended, tf.cast(self.o, attended.dtype))
-        out = self.output_dropout(out, training=training)
+        out = self.output_dropout(out, training=training, seed=seed)
         return self.layer_norm(out + residual)
 
     def get_config(self):
@@ -246,5 +270,6 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             dropout=self.dropout,
             dropatt=self.dropatt,
             initializer_range=self.initializer_range,
+            recompute_scores=self.recompute_scores,
         )
         return config

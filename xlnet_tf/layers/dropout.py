@@ -47,7 +47,8 @@ class Dropout(keras.layers.Layer):
     of the same shape and dtype: the input itself when not training or when `rate == 0`, otherwise the input
     with each element independently zeroed with probability `threshold / 65536` and the others scaled by
     `scale`. Like keras' layer, it holds a `keras.random.SeedGenerator` whose state is a non-trainable
-    variable (in `layer.variables`, not in `layer.weights`) that advances by one on every training call.
+    variable (in `layer.variables`, not in `layer.weights`) that advances by one on every training call
+    (or every `draw_seed`, when the caller passes the seed).
     """
 
     def __init__(self, rate, seed=None, **kwargs):
@@ -68,20 +69,27 @@ class Dropout(keras.layers.Layer):
         """The drop probability actually used: `threshold / 65536`."""
         return self.threshold / _LEVELS
 
-    def _stateless_seed(self):
+    def draw_seed(self):
+        """The int32 [2] seed of this layer's next mask (advancing its state), or None when it drops nothing.
+
+        A caller that must apply the same mask twice (a forward pass recomputed for its gradient) draws the
+        seed once, outside the recomputed function, and passes it to every `call`."""
+        if self.threshold == 0:
+            return None
         # What keras' TensorFlow backend does for its stateless ops (`draw_seed` then `_cast_seed` in
         # keras/src/backend/tensorflow/random.py), written with public API only: `SeedGenerator.next()`
         # returns the current int64 state and advances it; the stateless ops want int32 seeds (for XLA).
         seed = self.seed_generator.next()
         return tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
 
-    def call(self, inputs, training=False):
+    def call(self, inputs, training=False, seed=None):
+        """`seed`: an int32 [2] from `draw_seed` (None: draw one now)."""
         if not training or self.threshold == 0:
             return inputs
         if inputs.shape.rank == 0:
-            return tf.reshape(self.call(tf.reshape(inputs, [1]), training=training), [])
-        mask = scaled_keep_mask(tf.shape(inputs), self._stateless_seed(), tf.constant(self.threshold, tf.uint32),
-                                tf.constant(self.scale, inputs.dtype))
+            return tf.reshape(self.call(tf.reshape(inputs, [1]), training=training, seed=seed), [])
+        mask = scaled_keep_mask(tf.shape(inputs), self.draw_seed() if seed is None else seed,
+                                tf.constant(self.threshold, tf.uint32), tf.constant(self.scale, inputs.dtype))
         mask.set_shape(inputs.shape)
         return inputs * mask
 
