@@ -17,6 +17,13 @@ Signatures (B = batch, L = max_seq_len, T = the request's width: its longest row
 * classification: ``serving_default(text)`` -- or ``(text_a, text_b)`` for a model trained on pairs --
   -> ``logits`` float32 [B, C], ``probabilities`` float32 [B, C], ``label_id`` int64 [B], ``label`` string
   [B] (the class name). Regression: -> ``prediction`` float32 [B].
+  TensorFlow Serving's Classify / Regress API: ``classification(inputs)`` (method
+  ``tensorflow/serving/classify``; classification models) and ``regression(inputs)`` (method
+  ``tensorflow/serving/regress``; regression models) take serialized ``tf.Example`` s ``inputs`` string [B],
+  whose bytes feature ``text`` (``text_a`` and ``text_b`` for pairs: the names of serving_default's inputs)
+  holds one UTF-8 text -> ``classes`` string [B, C] (the label names) and ``scores`` float32 [B, C]
+  (= ``probabilities``), or ``outputs`` float32 [B] (= ``prediction``). A missing or mistyped feature, or text
+  that is not UTF-8, fails the request with InvalidArgument naming the feature.
 * squad: ``serving_default(question, context)`` -> ``answer`` string [B] (a substring of the context),
   ``answer_start`` / ``answer_end`` int64 [B] (Unicode code point offsets into the context, end exclusive:
   ``answer == context[answer_start:answer_end]`` in Python; -1 / -1 and ``answer`` "" when no span
@@ -134,6 +141,33 @@ def write_warmup(path, model_name, task, finetune_config):
     return len(requests)
 
 
+def set_method_names(export_dir, methods):
+    """Sets the ``method_name`` of the SignatureDefs named in ``methods`` ({signature: method}) in
+    ``export_dir/saved_model.pb`` and rewrites the fingerprint. ``tf.saved_model.save`` writes every signature
+    as a predict one; TensorFlow Serving's Classify and Regress run only signatures whose method is
+    ``tensorflow/serving/classify`` / ``regress``."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    path = os.path.join(export_dir, "saved_model.pb")
+    saved = saved_model_pb2.SavedModel()
+    with open(path, "rb") as f:
+        saved.ParseFromString(f.read())
+    for meta in saved.meta_graphs:
+        for name, method in methods.items():
+            if name in meta.signature_def:
+                meta.signature_def[name].method_name = method
+    with open(path, "wb") as f:
+        f.write(saved.SerializeToString(deterministic=True))
+    fingerprint = os.path.join(export_dir, "fingerprint.pb")
+    if os.path.exists(fingerprint):  # the fingerprint hashes saved_model.pb: write the new one's
+        os.remove(fingerprint)
+        try:
+            from tensorflow.python.saved_model import fingerprinting_utils
+        except ImportError:  # pragma: no cover - a TensorFlow without fingerprints: none is written
+            return
+        fingerprinting_utils.write_fingerprint(export_dir)
+
+
 def _signature_summary(signatures):
     out = {}
     for name, fn in signatures.items():
@@ -180,7 +214,7 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
     import tensorflow as tf
 
     from . import ops
-    from .signatures import build_reusable_module, build_serving_module
+    from .signatures import EXAMPLE_METHODS, EXAMPLE_SIGNATURES, build_reusable_module, build_serving_module
     from xlnet_tf.heads import load_finetuned
     from xlnet_tf.model import SPM_FILE
     from xlnet_tf.tokenization import XLNetTokenizer
@@ -198,6 +232,8 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
     staging = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=export_base)
     try:
         tf.saved_model.save(root, staging, signatures=signatures)
+        if not reusable and task in EXAMPLE_SIGNATURES:
+            set_method_names(staging, {EXAMPLE_SIGNATURES[task]: EXAMPLE_METHODS[task]})
         extra = os.path.join(staging, "assets.extra")
         os.makedirs(extra, exist_ok=True)
         if not reusable:
@@ -212,6 +248,9 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
             "max_doc_len": None if reusable else finetune_config.get("max_doc_len"),
             "mem_len": None if reusable else finetune_config.get("mem_len"),
             "signatures": _signature_summary(signatures),
+            # the tf.Example features the classification / regression signature reads (bytes, UTF-8 text)
+            "example_features": (["text_a", "text_b"] if finetune_config.get("pairs") else ["text"])
+            if not reusable and task in EXAMPLE_SIGNATURES else None,
         }
         with open(os.path.join(extra, METADATA_FILE), "w", encoding="utf-8") as f:
             json.dump(metadata, f, indent=2, sort_keys=True)

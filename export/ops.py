@@ -55,6 +55,8 @@ CORE_OPS = frozenset({
     # strings and Unicode (the tokenizer's preprocessing, answers, RACE's cloze questions)
     "Substr", "StringLength", "StringSplitV2", "UnsortedSegmentJoin", "StaticRegexReplace", "UnicodeDecode",
     "UnicodeDecodeWithOffsets", "UnicodeEncode",
+    # tf.Example parsing (the classification / regression signatures of TensorFlow Serving's Classify / Regress)
+    "ParseExampleV2",
 })
 
 ALLOWED_OPS = CORE_OPS | TF_TEXT_OPS

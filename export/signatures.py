@@ -161,6 +161,28 @@ class _Graphs:
 # ----------------------------------------------------------------------------------------------------
 # Serving module
 
+# The signatures on serialized tf.Examples, by task, with TensorFlow Serving's method names (set on the saved
+# SignatureDefs by the exporter: tf.saved_model.save writes every signature as a predict one).
+EXAMPLE_SIGNATURES = {"classification": "classification", "regression": "regression"}
+EXAMPLE_METHODS = {"classification": "tensorflow/serving/classify", "regression": "tensorflow/serving/regress"}
+
+
+def parse_text_examples(serialized, feature_names):
+    """Serialized tf.Examples ``[B]`` -> one string ``[B]`` per name of ``feature_names``: each Example's bytes
+    feature of that name, one value of UTF-8 text. A missing feature, another type or count, or text that is
+    not UTF-8 fails the request (InvalidArgument naming the feature)."""
+    with tf.device("/cpu:0"):
+        parsed = tf.io.parse_example(serialized, {name: tf.io.FixedLenFeature([], tf.string)
+                                                  for name in feature_names})
+        for name in feature_names:
+            text = parsed[name]
+            roundtrip = tf.strings.unicode_encode(tf.strings.unicode_decode(text, "UTF-8", errors="replace"),
+                                                  "UTF-8")
+            bad = tf.where(tf.not_equal(roundtrip, text))[:, 0]
+            tf.debugging.Assert(tf.equal(tf.size(bad), 0),
+                                [f"feature '{name}' is not valid UTF-8 text in the Examples at indices", bad])
+        return [parsed[name] for name in feature_names]
+
 
 def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
     """(root, signatures) for a fine-tuned head model.
@@ -175,7 +197,8 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
         ``max_doc_len`` tokens (the segments run in a ``tf.while_loop`` carrying the memory).
     Returns:
       ``(root, signatures)``: the root object holding the tokenizer and the model's variables, and the
-      concrete functions by signature name (``serving_default``, ``encode``, ``tokenize``, ``predict_ids``).
+      concrete functions by signature name (``serving_default``, ``encode``, ``tokenize``, ``predict_ids``;
+      ``classification`` / ``regression`` on tf.Examples for those tasks, see ``EXAMPLE_SIGNATURES``).
     """
     from xlnet_tf.training.finetune import config_doc_len
 
@@ -231,6 +254,21 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
         def predict_ids(input_ids, segment_ids, padding_mask):
             _check_width([input_ids, segment_ids, padding_mask], g.width, doc_len and length)
             return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask})
+
+        # TensorFlow Serving's Classify / Regress API: serialized tf.Examples whose bytes features hold the
+        # text (the names of serving_default's inputs).
+        feature_names = [spec.name for spec in text_inputs]
+
+        @_fn([tf.TensorSpec([None], tf.string, name="inputs")])
+        def on_examples(inputs):
+            out = answers(g.classification_inputs(*parse_text_examples(inputs, feature_names)))
+            if task == "regression":
+                return {"outputs": out["prediction"]}
+            names = finetune_config.get("label_names") or [str(i) for i in range(out["logits"].shape[-1])]
+            classes = tf.broadcast_to(tf.constant([str(n) for n in names]), tf.shape(out["probabilities"]))
+            return {"classes": classes, "scores": out["probabilities"]}
+
+        signatures[EXAMPLE_SIGNATURES[task]] = on_examples.get_concrete_function()
 
     elif task == "squad":
         doc_stride = int(finetune_config.get("doc_stride", 128))

@@ -109,8 +109,9 @@ class BatchStats:
 class BatchScheduler:
     """Merges `submit` calls with the same key; `run(inputs) -> {alias: array}` runs a merged batch."""
 
-    def __init__(self, config):
+    def __init__(self, config, metrics=None):
         self.config = config
+        self.metrics = metrics  # monitoring.Metrics: each batch's rows
         self.stats = BatchStats()
         self._cond = threading.Condition()
         self._queues = collections.OrderedDict()
@@ -245,6 +246,8 @@ class BatchScheduler:
                 task.error = errors.ServingError("INTERNAL", f"batch failed: {error}")
         finally:
             self.stats.record(len(tasks), rows, padding)
+            if self.metrics is not None:
+                self.metrics.batch(rows + padding)
             for task in tasks:
                 task.done.set()
 

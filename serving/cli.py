@@ -47,12 +47,18 @@ def add_serve_arguments(parser):
     parser.add_argument("--grace-period", type=float, default=30.0,
                         help="seconds running requests get to finish on SIGTERM/SIGINT")
     parser.add_argument("--drain-timeout", type=float, default=30.0,
-                        help="seconds an old version's running requests get before it is unloaded")
+                        help="at shutdown, seconds the requests still running after the grace period get before "
+                             "their versions are closed (a version retired while serving waits for its last "
+                             "request, however long)")
     parser.add_argument("--no-warmup", action="store_true",
                         help="do not replay assets.extra/tf_serving_warmup_requests when loading")
     parser.add_argument("--allow-non-utf8", action="store_true",
                         help="pass string inputs that are not UTF-8 to the model instead of refusing them")
     parser.add_argument("--grpc-max-workers", type=int, default=64, help="gRPC handler threads")
+    parser.add_argument("--monitoring-config-file",
+                        help="MonitoringConfig text proto (TensorFlow Serving's); prometheus_config { enable: true } "
+                             "serves Prometheus metrics on the REST port at its path (default "
+                             "/monitoring/prometheus/metrics)")
     return parser
 
 
@@ -69,7 +75,8 @@ def serve_main(args):
         enable_batching=args.enable_batching, batching_parameters_file=args.batching_parameters_file,
         poll_interval=args.poll_interval, max_request_bytes=args.max_request_bytes,
         drain_timeout=args.drain_timeout, enable_warmup=not args.no_warmup,
-        validate_utf8=not args.allow_non_utf8, grpc_max_workers=args.grpc_max_workers)
+        validate_utf8=not args.allow_non_utf8, grpc_max_workers=args.grpc_max_workers,
+        monitoring_config_file=args.monitoring_config_file)
     stop = threading.Event()
     received = []
 
@@ -99,7 +106,11 @@ def add_query_arguments(parser):
     parser.add_argument("--server", default="localhost:8500", help="HOST:PORT of the gRPC API")
     parser.add_argument("--model", required=True, help="model name")
     parser.add_argument("--version", type=int, help="model version (default: the latest)")
-    parser.add_argument("--signature", default="serving_default", help="signature name")
+    parser.add_argument("--signature", help="signature name (default: serving_default with --api predict, "
+                                              "classification / regression with --api classify / regress)")
+    parser.add_argument("--api", default="predict", choices=("predict", "classify", "regress"),
+                        help="predict: Predict on raw text; classify / regress: TensorFlow Serving's Classify / "
+                             "Regress on tf.Examples holding the text (features text, or text_a and text_b)")
     parser.add_argument("--text", action="append", help="text to classify (repeat for a batch)")
     parser.add_argument("--text-b", action="append", help="second text of a pair (one per --text)")
     parser.add_argument("--question", action="append", help="question (repeat; one --context each)")
@@ -137,6 +148,8 @@ def query_main(args, out=None):
             raise UserError("give one --context for each --question")
         if args.text or args.text_b:
             raise UserError("give either --text or --question/--context")
+        if args.api != "predict":
+            raise UserError(f"--api {args.api} takes --text (and --text-b), not --question/--context")
     elif not args.text:
         raise UserError("nothing to ask: give --text (classification) or --question with --context (QA)")
     if args.text_b and len(args.text_b) != len(args.text):
@@ -144,10 +157,13 @@ def query_main(args, out=None):
     client = Client(args.server, args.model, version=args.version, timeout=args.timeout, retries=args.retries)
     try:
         if args.question:
-            rows = client.answer(args.question, args.context, signature_name=args.signature)
+            rows = client.answer(args.question, args.context, signature_name=args.signature or "serving_default")
             lines = [_format_answer(i, q, r) for i, (q, r) in enumerate(zip(args.question, rows))]
         else:
-            rows = client.classify(args.text, args.text_b, signature_name=args.signature)
+            if args.api == "regress":
+                rows = client.regress(args.text, args.text_b, signature_name=args.signature)
+            else:
+                rows = client.classify(args.text, args.text_b, signature_name=args.signature, api=args.api)
             lines = [_format_classification(i, t, r) for i, (t, r) in enumerate(zip(args.text, rows))]
     except ServingError as error:
         print(f"xlnet-tf query: error: {error}", file=sys.stderr)

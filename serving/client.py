@@ -2,6 +2,8 @@
 
     client = Client("localhost:8500", "sentiment")
     client.classify(["a fine film"])          # [{"label": "positive", "label_id": 1, "probabilities": [...]}]
+    client.classify(["a fine film"], api="classify")  # the same through Classify on tf.Examples
+    client.regress(["a fine film"])           # [{"prediction": 0.83}] through Regress (a regression model)
     client.answer(["who?"], ["Ada wrote it."])  # [{"answer": "Ada", "start": 0, "end": 3, ...}]
     client.encode(["a fine film"])            # {"sequence_output": ndarray, "pooled_output": ..., ...}
     client.predict({"text": ["..."]}, signature_name="tokenize")  # any signature -> {name: ndarray}
@@ -18,12 +20,16 @@ import time
 
 import grpc
 import numpy as np
+from tensorflow.core.example import example_pb2
 from tensorflow_serving.apis import (
+    classification_pb2,
     get_model_metadata_pb2,
     get_model_status_pb2,
+    input_pb2,
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
+    regression_pb2,
 )
 
 from .errors import ServingError
@@ -178,12 +184,28 @@ class Client:
 
     # -- task helpers ---------------------------------------------------------------------------------
 
-    def classify(self, texts, text_b=None, signature_name="serving_default"):
+    def classify(self, texts, text_b=None, signature_name=None, api="predict"):
         """Classification (or regression) of texts or text pairs -> one dict per text.
 
-        Classification: {"label", "label_id", "probabilities", "logits"}; regression: {"prediction"}.
-        The input names (`text`, or `text_a` + `text_b`) are read from the model's signature.
+        api "predict" (signature default "serving_default"): classification {"label", "label_id",
+        "probabilities", "logits"}, regression {"prediction"}; the input names (`text`, or `text_a` + `text_b`)
+        are read from the model's signature. api "classify": TensorFlow Serving's Classify on tf.Examples
+        (features `text`, or `text_a` + `text_b`; signature default "classification") -> {"label" (the
+        highest score's class), "label_id", "probabilities" (the scores), "classes"}.
         """
+        if api == "classify":
+            response = self._infer(self._predict.Classify, classification_pb2.ClassificationRequest(), texts,
+                                   text_b, signature_name or "classification")
+            rows = []
+            for classifications in response.result.classifications:
+                scores = [entry.score for entry in classifications.classes]
+                best = int(np.argmax(scores)) if scores else -1
+                rows.append({"label": classifications.classes[best].label if scores else "", "label_id": best,
+                             "probabilities": scores, "classes": [entry.label for entry in classifications.classes]})
+            return rows
+        if api != "predict":
+            raise ValueError(f"api must be 'predict' or 'classify', got {api!r}")
+        signature_name = signature_name or "serving_default"
         texts = _strings(texts, "texts")
         names = self._signature_inputs(signature_name)
         if text_b is None:
@@ -218,6 +240,35 @@ class Client:
             results.append(row)
         return results
 
+    def regress(self, texts, text_b=None, signature_name=None, api="regress"):
+        """Regression of texts or text pairs -> [{"prediction": float}] per text: api "regress" through
+        TensorFlow Serving's Regress on tf.Examples (signature default "regression"), "predict" through
+        Predict (signature default "serving_default")."""
+        if api == "predict":
+            return self.classify(texts, text_b, signature_name or "serving_default")
+        if api != "regress":
+            raise ValueError(f"api must be 'regress' or 'predict', got {api!r}")
+        response = self._infer(self._predict.Regress, regression_pb2.RegressionRequest(), texts, text_b,
+                               signature_name or "regression")
+        return [{"prediction": entry.value} for entry in response.result.regressions]
+
+    def _infer(self, method, request, texts, text_b, signature_name):
+        """Classify / Regress `request` on Examples holding the texts (feature `text`, or `text_a` and
+        `text_b`, UTF-8 bytes)."""
+        texts = _strings(texts, "texts")
+        columns = {"text": texts}
+        if text_b is not None:
+            text_b = _strings(text_b, "text_b")
+            if len(text_b) != len(texts):
+                raise ValueError(f"{len(texts)} texts but {len(text_b)} text_b")
+            columns = {"text_a": texts, "text_b": text_b}
+        self._spec(request.model_spec, signature_name)
+        request.input.CopyFrom(text_examples(columns))
+        response = self._call(method, request)
+        if response.model_spec.HasField("version"):
+            self.last_version = response.model_spec.version.value
+        return response
+
     def answer(self, questions, contexts, signature_name="serving_default"):
         """Extractive QA -> [{"answer", "start", "end", "score", "no_answer_probability"}] per question."""
         questions = _strings(questions, "questions")
@@ -239,3 +290,23 @@ class Client:
     def encode(self, texts, signature_name="encode"):
         """Encoder outputs of texts: {"sequence_output" [B,L,d], "pooled_output" [B,d], "padding_mask" [B,L]}."""
         return self.predict({"text": _strings(texts, "texts")}, signature_name)
+
+
+def text_examples(columns, context=None):
+    """An `Input` of tf.Examples, one per row of `columns` ({feature: [str or bytes per row]}), each feature a
+    bytes_list of one UTF-8 value; with `context` ({feature: str or bytes}), an example_list_with_context."""
+    def example(features):
+        message = example_pb2.Example()
+        for name, value in features.items():
+            message.features.feature[name].bytes_list.value.append(
+                value.encode("utf-8") if isinstance(value, str) else value)
+        return message
+
+    rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
+    request = input_pb2.Input()
+    listed = request.example_list if context is None else request.example_list_with_context
+    if context is not None:
+        listed.context.CopyFrom(example(context))
+    for row in rows:
+        listed.examples.add().CopyFrom(example(row))
+    return request

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from . import errors
+from . import errors, inference
 from .servable import DEFAULT_SIGNATURE
 
 
 class ServerCore:
-    """Predict / metadata / status over a ModelManager, with optional server-side batching."""
+    """Predict, Classify / Regress / MultiInference, metadata and status over a ModelManager, with optional
+    server-side batching (for every call that runs a signature)."""
 
-    def __init__(self, manager, scheduler=None):
+    def __init__(self, manager, scheduler=None, metrics=None):
         self.manager = manager
         self.scheduler = scheduler
+        self.metrics = metrics  # monitoring.Metrics, counted by the front ends (None: not monitored)
+
+    def count(self, model_name, api, entrypoint, status, seconds):
+        """A finished request, for monitoring."""
+        if self.metrics is not None:
+            self.metrics.request(model_name, api, entrypoint, status, seconds)
 
     def predict(self, model_name, version, label, signature_name, arrays, output_filter=()):
         """-> (version served, signature name, {output alias: ndarray}).
@@ -26,21 +33,59 @@ class ServerCore:
             if callable(arrays):
                 arrays = arrays(servable.signature(signature_name or DEFAULT_SIGNATURE)[1])
             prepared = servable.prepare(signature_name or DEFAULT_SIGNATURE, arrays, output_filter)
-            scheduler = self.scheduler
-            if scheduler is None:
-                outputs = servable.run(prepared)
-            elif not prepared.batch_size:  # no common dim 0, or an empty batch: nothing to merge
-                outputs = scheduler.run_alone(lambda inputs: servable.run(prepared, inputs), prepared.inputs)
-            else:
-                key = (model_name, handle.version) + prepared.batch_key()
-                outputs = scheduler.submit(key, lambda inputs: servable.run(prepared, inputs), prepared.inputs,
-                                           prepared.batch_size)
-            return handle.version, prepared.signature_name, outputs
+            return handle.version, prepared.signature_name, self._run(model_name, handle, prepared)
+
+    def infer(self, model_name, version, label, tasks, examples):
+        """Classify / Regress / MultiInference: `tasks` [(method, signature name or "")] on `examples` (object
+        ndarray [N] of serialized tf.Examples) -> (version served, [(signature name, result proto)]), the
+        results in task order, each holding the examples' results in input order."""
+        if not model_name:
+            raise errors.invalid_argument("ModelSpec has no name specified.")
+        with self.manager.acquire(model_name, version, label) as handle:
+            servable = handle.servable
+            results = []
+            for method, signature_name in tasks:
+                name = signature_name or DEFAULT_SIGNATURE
+                signature = servable.signatures.get(name)
+                if signature is None:
+                    raise errors.invalid_argument(f"No signature was found with the name: {name}")
+                input_alias, output_aliases = inference.signature_io(method, name, signature)
+                prepared = servable.prepare(name, {input_alias: examples}, output_aliases)
+                outputs = self._run(model_name, handle, prepared)
+                results.append((name, inference.RESULTS[method](outputs, len(examples))))
+            return handle.version, results
+
+    def _run(self, model_name, handle, prepared):
+        """Runs a prepared request on its version, through the batch scheduler when there is one."""
+        servable, scheduler = handle.servable, self.scheduler
+        if scheduler is None:
+            return servable.run(prepared)
+        if not prepared.batch_size:  # no common dim 0, or an empty batch: nothing to merge
+            return scheduler.run_alone(lambda inputs: servable.run(prepared, inputs), prepared.inputs)
+        key = (model_name, handle.version) + prepared.batch_key()
+        return scheduler.submit(key, lambda inputs: servable.run(prepared, inputs), prepared.inputs,
+                                prepared.batch_size)
 
     def signatures(self, model_name, version=None, label=None):
         """-> (version, {signature name: SignatureDef}) of the version a request would use."""
         with self.manager.acquire(model_name, version, label) as handle:
             return handle.version, dict(handle.servable.signatures)
+
+    def reload(self, server_config):
+        """HandleReloadConfigRequest: a ModelServerConfig proto -> the served models from now on
+        (INVALID_ARGUMENT for a config TensorFlow Serving refuses: not a model_config_list, a name twice, ...)."""
+        from xlnet_tf.errors import UserError
+
+        from .config import model_entries_from_proto
+
+        if server_config.WhichOneof("config") != "model_config_list":
+            raise errors.invalid_argument("ServerModelConfig type not supported by HandleReloadConfigRequest. Only "
+                                          "ModelConfigList is currently supported")
+        try:
+            entries = model_entries_from_proto(server_config, where="reloaded config")
+        except UserError as error:
+            raise errors.invalid_argument(str(error)) from None
+        self.manager.reload(entries)
 
     def status(self, model_name, version=None, label=None):
         return self.manager.model(model_name).status(version, label)

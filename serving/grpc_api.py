@@ -1,21 +1,27 @@
-"""TensorFlow Serving's gRPC API on grpcio: PredictionService (Predict, GetModelMetadata), ModelService
-(GetModelStatus), with tensorflow-serving-api's generated servicer bases (the other methods answer
-UNIMPLEMENTED)."""
+"""TensorFlow Serving's gRPC API on grpcio: PredictionService (Predict, Classify, Regress, MultiInference,
+GetModelMetadata), ModelService (GetModelStatus, HandleReloadConfigRequest), with tensorflow-serving-api's
+generated servicer bases."""
 
 from __future__ import annotations
 
 import logging
+import time
 
 from google.protobuf import any_pb2
 from tensorflow_serving.apis import (
+    classification_pb2,
     get_model_metadata_pb2,
     get_model_status_pb2,
+    inference_pb2,
+    model_management_pb2,
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
+    regression_pb2,
 )
 
-from . import errors
+from . import errors, inference
+from .servable import CLASSIFY_METHOD, DEFAULT_SIGNATURE, REGRESS_METHOD
 from .tensors import from_ndarray, to_ndarray
 
 log = logging.getLogger("xlnet_tf.serving")
@@ -32,12 +38,29 @@ def _abort(context, error: errors.ServingError):
     context.abort(error.code, error.message)
 
 
+def _answered(core, context, api, model_name, run):
+    """`run()`'s response; a ServingError (or any failure, as INTERNAL) aborts the call with its status. Counted
+    for monitoring by model, API and status."""
+    began, status = time.monotonic(), "OK"
+    try:
+        return run()
+    except errors.ServingError as error:
+        status = error.code.name
+        _abort(context, error)
+    except Exception as error:  # noqa: BLE001 - answer INTERNAL, keep serving
+        log.exception("%s failed", api)
+        status = "INTERNAL"
+        _abort(context, errors.ServingError("INTERNAL", f"{type(error).__name__}: {error}"))
+    finally:
+        core.count(model_name, api, "GRPC", status, time.monotonic() - began)
+
+
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def __init__(self, core):
         self.core = core
 
     def Predict(self, request, context):
-        try:
+        def run():
             name, version, label = _spec(request.model_spec)
             arrays = {alias: to_ndarray(tensor) for alias, tensor in request.inputs.items()}
             served, signature, outputs = self.core.predict(
@@ -49,14 +72,53 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             for alias, value in outputs.items():
                 response.outputs[alias].CopyFrom(from_ndarray(value))
             return response
-        except errors.ServingError as error:
-            _abort(context, error)
-        except Exception as error:  # noqa: BLE001 - answer INTERNAL, keep serving
-            log.exception("Predict failed")
-            _abort(context, errors.ServingError("INTERNAL", f"{type(error).__name__}: {error}"))
+
+        return _answered(self.core, context, "predict", request.model_spec.name, run)
+
+    def _infer(self, request, context, method, response):
+        """Classify / Regress: one task on the request's Examples; the response's model_spec names the version
+        and signature that answered."""
+        if not request.HasField("model_spec"):
+            raise errors.invalid_argument("Missing ModelSpec")
+        name, version, label = _spec(request.model_spec)
+        examples = inference.serialized_examples(request.input)
+        served, [(signature, result)] = self.core.infer(
+            name, version, label, [(method, request.model_spec.signature_name)], examples)
+        response.model_spec.name = name
+        response.model_spec.version.value = served
+        response.model_spec.signature_name = signature
+        response.result.CopyFrom(result)
+        return response
+
+    def Classify(self, request, context):
+        return _answered(self.core, context, "classify", request.model_spec.name, lambda: self._infer(
+            request, context, CLASSIFY_METHOD, classification_pb2.ClassificationResponse()))
+
+    def Regress(self, request, context):
+        return _answered(self.core, context, "regress", request.model_spec.name, lambda: self._infer(
+            request, context, REGRESS_METHOD, regression_pb2.RegressionResponse()))
+
+    def MultiInference(self, request, context):
+        def run():
+            model_spec, tasks = inference.check_tasks(list(request.tasks))
+            name, version, label = _spec(model_spec)
+            examples = inference.serialized_examples(request.input)
+            served, results = self.core.infer(name, version, label, tasks, examples)
+            response = inference_pb2.MultiInferenceResponse()
+            for (method, _), (signature, result) in zip(tasks, results):
+                entry = response.results.add()
+                entry.model_spec.name = name
+                entry.model_spec.version.value = served
+                entry.model_spec.signature_name = signature or DEFAULT_SIGNATURE
+                target = entry.classification_result if method == CLASSIFY_METHOD else entry.regression_result
+                target.CopyFrom(result)
+            return response
+
+        model_name = request.tasks[0].model_spec.name if request.tasks else ""
+        return _answered(self.core, context, "multi_inference", model_name, run)
 
     def GetModelMetadata(self, request, context):
-        try:
+        def run():
             name, version, label = _spec(request.model_spec)
             if not name:
                 raise errors.invalid_argument("Missing ModelSpec")
@@ -77,8 +139,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             packed.Pack(signature_map)
             response.metadata["signature_def"].CopyFrom(packed)
             return response
-        except errors.ServingError as error:
-            _abort(context, error)
+
+        return _answered(self.core, context, "get_model_metadata", request.model_spec.name, run)
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer):
@@ -86,10 +148,17 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
         self.core = core
 
     def GetModelStatus(self, request, context):
-        try:
-            return status_response(self.core, *_spec(request.model_spec))
-        except errors.ServingError as error:
-            _abort(context, error)
+        return _answered(self.core, context, "get_model_status", request.model_spec.name,
+                         lambda: status_response(self.core, *_spec(request.model_spec)))
+
+    def HandleReloadConfigRequest(self, request, context):
+        """Replaces the served ModelServerConfig (model_config_list only, as TensorFlow Serving); the status is
+        in the response and, when not OK, the RPC's status."""
+        def run():
+            self.core.reload(request.config)
+            return model_management_pb2.ReloadConfigResponse()
+
+        return _answered(self.core, context, "reload_config", "", run)
 
 
 def status_response(core, name, version=None, label=None):

@@ -6,13 +6,21 @@ lists the base paths and applies each model's version policy (latest N, all, spe
 
 * a new aspired version is loaded (state LOADING), its warmup requests
   (`assets.extra/tf_serving_warmup_requests`) are replayed, and only then is it AVAILABLE and routed to;
-* a version no longer aspired is unloaded only once an aspired version is AVAILABLE (availability
-  preserving, TensorFlow Serving's default): it stops taking requests (UNLOADING), the requests already
-  running on it finish (drain, bounded by `drain_timeout`), then its Session is closed (END);
+* a version no longer aspired (a newer version, its directory deleted) is retired only once an aspired
+  version is AVAILABLE (availability preserving, TensorFlow Serving's default): it stops taking requests
+  (UNLOADING) and its Session is closed (END) when the last request that holds it finishes, however long
+  that takes, as TensorFlow Serving does: a version swap never fails a request, and nothing waits for that
+  last request (the poller goes on loading and retiring other versions meanwhile);
+* only at shutdown (`stop`) is a version closed under running requests, after `drain_timeout` seconds: the
+  log says how many were cut off;
 * a load that fails (e.g. a directory still being copied) is retried on later polls, at most
   `max_load_retries` times for unchanged files; the directory's files (names, sizes, mtimes) are compared
   before and after the load, and a load of files that changed meanwhile is thrown away and retried;
-* a base path with no version directory leaves the loaded versions serving.
+* a base path with no version directory leaves the loaded versions serving;
+* `reload(entries)` (gRPC `ModelService.HandleReloadConfigRequest`) replaces the served models: a new model
+  (or one whose base path changed) is loaded before requests are routed to it, a kept model takes its new
+  version policy and labels (loading and retiring versions as a poll does), and a removed model stops taking
+  requests (NOT_FOUND) and its versions are retired as above; models kept in both configs serve throughout.
 
 Requests pick the highest AVAILABLE version, a specific one, or one named by a version label.
 """
@@ -76,6 +84,7 @@ class VersionState:
         self.failures = 0
         self.failed_fingerprint = None
         self.available_at = None
+        self.closing = False  # retired and its Session being closed (by the poller or its last request)
 
 
 class Handle:
@@ -134,10 +143,18 @@ class ServedModel:
             return Handle(self, state)
 
     def release(self, state):
+        """Ends a request's hold on its version; the last request of a retired version closes it."""
         with self._cond:
             state.inflight -= 1
-            if state.inflight == 0:
-                self._cond.notify_all()
+            if state.inflight:
+                return
+            self._cond.notify_all()
+            retired = state.state == UNLOADING and not state.closing
+            if retired:
+                state.closing = True
+        if retired:  # closed off the request's thread: its response is not delayed
+            threading.Thread(target=self._close, args=(state,), name=f"unload-{self.name}-{state.version}",
+                             daemon=True).start()
 
     def _describe(self):
         if not self.versions:
@@ -191,10 +208,21 @@ class ServedModel:
             if not any(s.state == AVAILABLE and s.version in aspired for s in self.versions.values()):
                 return  # availability preserving: keep what serves until an aspired version does
             retired = [s for s in self.versions.values() if s.version not in aspired and s.state == AVAILABLE]
-            for state in retired:
+        self._retire(retired)
+
+    def _retire(self, states, why=""):
+        """Stops AVAILABLE versions taking requests; closes the idle ones now, the others when their last
+        request ends (`release`)."""
+        idle = []
+        with self._cond:
+            for state in states:
                 state.state = UNLOADING
-        for state in retired:
-            self._unload(state)
+                self.manager.record(self.name, state.version, "unloading", f"{state.inflight} requests running{why}")
+                if state.inflight == 0:
+                    state.closing = True
+                    idle.append(state)
+        for state in idle:
+            self._close(state)
 
     def _load(self, state):
         with self._cond:
@@ -219,6 +247,8 @@ class ServedModel:
                 state.failures += 1
                 state.failed_fingerprint = _fingerprint(state.path)
             manager.record(self.name, state.version, "load_failed", serving_error.message)
+            if manager.metrics is not None:
+                manager.metrics.load(state.path, False, time.monotonic() - started)
             log.warning("model %s version %d failed to load (attempt %d): %s", self.name, state.version,
                         state.failures, serving_error.message)
             return
@@ -228,43 +258,56 @@ class ServedModel:
             state.state = AVAILABLE
             state.available_at = time.monotonic()
         manager.record(self.name, state.version, "available", f"warmup requests: {warmed}")
+        if manager.metrics is not None:
+            manager.metrics.load(state.path, True, time.monotonic() - started)
         log.info("model %s version %d loaded in %.2fs (%d warmup requests) from %s", self.name,
                  state.version, time.monotonic() - started, warmed, state.path)
 
-    def _unload(self, state):
-        manager = self.manager
-        manager.record(self.name, state.version, "unloading", "")
-        deadline = time.monotonic() + manager.drain_timeout
+    def _close(self, state, cut_off=0):
+        """Closes a retired version's Session (UNLOADING -> END)."""
         with self._cond:
-            while state.inflight > 0 and time.monotonic() < deadline:
-                self._cond.wait(max(0.01, deadline - time.monotonic()))
-            left = state.inflight
-        if left:
-            log.warning("model %s version %d: %d requests still running after %.0fs; unloading anyway",
-                        self.name, state.version, left, manager.drain_timeout)
-        servable = state.servable
-        with self._cond:
-            state.servable = None
+            servable, state.servable = state.servable, None
             state.state = END
         if servable is not None:
             servable.close()
-        manager.record(self.name, state.version, "unloaded", f"{left} requests cut off")
+        self.manager.record(self.name, state.version, "unloaded", f"{cut_off} requests cut off")
         log.info("model %s version %d unloaded", self.name, state.version)
 
-    def unload_all(self):
+    def update(self, entry):
+        """Takes a reloaded config's entry of this model (same base path): its version policy and labels."""
         with self._cond:
-            states = [s for s in self.versions.values() if s.state == AVAILABLE]
+            self.entry = entry
+            self.labels = dict(entry.labels)
+
+    def retire_all(self):
+        """A model removed from the config: its versions are retired (closed when their last request ends)."""
+        with self._cond:
+            loaded = [s for s in self.versions.values() if s.state == AVAILABLE]
+        self._retire(loaded, " (model removed from the config)")
+
+    def unload_all(self):
+        """Shutdown: every loaded version stops taking requests, gets `drain_timeout` seconds for the ones
+        running, then is closed under the rest (logged)."""
+        with self._cond:
+            states = [s for s in self.versions.values() if s.state in (AVAILABLE, UNLOADING) and not s.closing]
             for state in states:
-                state.state = UNLOADING
+                state.state, state.closing = UNLOADING, True
+            deadline = time.monotonic() + self.manager.drain_timeout
+            while any(s.inflight for s in states) and time.monotonic() < deadline:
+                self._cond.wait(max(0.01, deadline - time.monotonic()))
+            left = {state.version: state.inflight for state in states}
         for state in states:
-            self._unload(state)
+            if left[state.version]:
+                log.warning("model %s version %d: %d requests still running at shutdown after %.0fs; closing "
+                            "it under them", self.name, state.version, left[state.version], self.manager.drain_timeout)
+            self._close(state, left[state.version])
 
 
 class ModelManager:
     """All configured models, a poller thread that follows their base paths, and an event log."""
 
     def __init__(self, entries, poll_interval=1.0, enable_warmup=True, warmup_iterations=1,
-                 max_load_retries=5, drain_timeout=30.0, session_config=None, validate_utf8=True):
+                 max_load_retries=5, drain_timeout=30.0, session_config=None, validate_utf8=True, metrics=None):
         self.models = collections.OrderedDict((e.name, ServedModel(e, self)) for e in entries)
         self.poll_interval = poll_interval
         self.enable_warmup = enable_warmup
@@ -273,6 +316,7 @@ class ModelManager:
         self.drain_timeout = drain_timeout
         self.session_config = session_config
         self.validate_utf8 = validate_utf8
+        self.metrics = metrics  # monitoring.Metrics: load attempts and latency
         self.stopping = False
         self.events = collections.deque(maxlen=1000)  # (monotonic time, model, version, event, detail)
         self._events_lock = threading.Lock()
@@ -280,6 +324,10 @@ class ModelManager:
         self._wake = threading.Event()
         self._thread = None
         self._poll_lock = threading.Lock()
+
+    def inflight(self):
+        """Requests running now, on every version of every model."""
+        return sum(state.inflight for model in self.models.values() for state in list(model.versions.values()))
 
     def model(self, name) -> ServedModel:
         try:
@@ -299,6 +347,30 @@ class ModelManager:
         if key not in self._noted:
             self._noted.add(key)
             log.warning("model %s: %s", key, message)
+
+    def reload(self, entries):
+        """Serves the models of `entries` (ModelEntry list) from now on; returns when the new models' versions
+        on disk have loaded (or failed). See the module docstring."""
+        with self._poll_lock:
+            old = self.models
+            fresh = {}
+            for entry in entries:
+                current = old.get(entry.name)
+                if current is None or current.entry.base_path != entry.base_path:
+                    fresh[entry.name] = ServedModel(entry, self)
+                    fresh[entry.name].reconcile()  # loaded before any request is routed to it
+            models = collections.OrderedDict((e.name, fresh.get(e.name) or old[e.name]) for e in entries)
+            for entry in entries:
+                if entry.name not in fresh:
+                    models[entry.name].update(entry)
+            self.models = models  # routing switches here, in one assignment
+            for name, model in models.items():
+                if name not in fresh:
+                    model.reconcile()  # policy and labels of a kept model
+            for name, model in old.items():
+                if models.get(name) is not model:
+                    model.retire_all()
+            self.record("*", 0, "config reloaded", ", ".join(models))
 
     def poll_once(self):
         with self._poll_lock:

@@ -2,10 +2,15 @@
 
     GET  /v1/models/NAME[/versions/N|/labels/L]            model status (GetModelStatusResponse as JSON)
     GET  /v1/models/NAME[/versions/N|/labels/L]/metadata   model metadata (GetModelMetadataResponse as JSON)
+    GET  <prometheus path>                                 Prometheus metrics, with a monitoring config
     POST /v1/models/NAME[/versions/N|/labels/L]:predict    {"signature_name"?, "instances" | "inputs"}
+    POST /v1/models/NAME[/versions/N|/labels/L]:classify   {"signature_name"?, "context"?, "examples"}
+    POST /v1/models/NAME[/versions/N|/labels/L]:regress    (the same)
 
 Row format ("instances") answers {"predictions": ...}, columnar ("inputs") answers {"outputs": ...}, with
-the name omitted when there is a single input/output, as the REST API doc specifies. Errors answer
+the name omitted when there is a single input/output, as the REST API doc specifies. :classify answers
+{"results": [[[label, score], ...] per example]}, :regress {"results": [value per example]} (examples as
+JSON objects of features: see `inference.example_from_json`). Errors answer
 {"error": "..."} with TensorFlow Serving's HTTP status for the canonical code (400 INVALID_ARGUMENT and
 FAILED_PRECONDITION, 404 NOT_FOUND, 429 RESOURCE_EXHAUSTED, 500 INTERNAL, 501 UNIMPLEMENTED, 503
 UNAVAILABLE).
@@ -18,12 +23,13 @@ import json
 import logging
 import re
 import socketserver
+import time
 
 import numpy as np
 from google.protobuf import json_format
 
-from . import errors
-from .servable import DEFAULT_SIGNATURE
+from . import errors, inference
+from .servable import CLASSIFY_METHOD, DEFAULT_SIGNATURE, REGRESS_METHOD
 from .tensors import json_to_ndarray, ndarray_to_json, shape_of
 
 log = logging.getLogger("xlnet_tf.serving")
@@ -159,6 +165,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _error(self, error: errors.ServingError):
         self._reply(error.http_status, {"error": error.message})
 
+    def _count(self, match, api, began, status):
+        self.server.core.count(match["name"] if match else "", api, "REST", status, time.monotonic() - began)
+
     def _route(self):
         path = self.path.split("?", 1)[0]
         match = _PATH.match(path)
@@ -167,6 +176,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return match
 
     def do_GET(self):  # noqa: N802 - http.server's naming
+        path = self.path.split("?", 1)[0]
+        if self.server.monitoring_path and path == self.server.monitoring_path:
+            data = self.server.core.metrics.exposition().encode("utf-8")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        began, match, api, status = time.monotonic(), None, "get_model_status", "OK"
         try:
             match = self._route()
             if match["verb"]:
@@ -175,6 +194,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             version = int(match["version"]) if match["version"] else None
             core = self.server.core
             if match["metadata"]:
+                api = "get_model_metadata"
                 served, signatures = core.signatures(name, version, label)
                 body = {
                     "model_spec": {"name": name, "signature_name": "", "version": str(served)},
@@ -187,31 +207,42 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
                 self._reply(200, _to_dict(status_response(core, name, version, label)))
         except errors.ServingError as error:
+            status = error.code.name
             self._error(error)
         except Exception as error:  # noqa: BLE001
             log.exception("REST GET failed")
+            status = "INTERNAL"
             self._error(errors.ServingError("INTERNAL", f"{type(error).__name__}: {error}"))
+        finally:
+            self._count(match, api, began, status)
 
     def do_POST(self):  # noqa: N802
+        began, match, api, status = time.monotonic(), None, "predict", "OK"
         try:
             body = self._read_body()
             match = self._route()
             verb = match["verb"]
             if match["metadata"] or verb is None:
-                raise errors.invalid_argument(f"Malformed request: POST {self.path} (expected :predict)")
-            if verb in ("classify", "regress"):
-                raise errors.ServingError("UNIMPLEMENTED", f"{verb} is not supported by this server; use "
-                                          ":predict")
-            if verb != "predict":
+                raise errors.invalid_argument(f"Malformed request: POST {self.path} (expected :predict, "
+                                              ":classify or :regress)")
+            if verb not in ("predict", "classify", "regress"):
                 raise errors.not_found(f"Malformed request: POST {self.path}")
+            api = verb
             try:
                 request = json.loads(body)
             except (UnicodeDecodeError, json.JSONDecodeError) as error:
                 raise errors.invalid_argument(f"JSON Parse error: {error}") from None
-            if not isinstance(request, dict):
-                raise errors.invalid_argument("the request body must be a JSON object")
             name, label = match["name"], match["label"]
             version = int(match["version"]) if match["version"] else None
+            if verb != "predict":
+                method = CLASSIFY_METHOD if verb == "classify" else REGRESS_METHOD
+                signature_name, examples = inference.input_from_json(request, verb)
+                _, [(_, result)] = self.server.core.infer(name, version, label, [(method, signature_name)],
+                                                          inference.serialized_examples(examples))
+                self._reply(200, {"results": inference.result_to_json(method, result)})
+                return
+            if not isinstance(request, dict):
+                raise errors.invalid_argument("the request body must be a JSON object")
             signature_name = request.get("signature_name") or DEFAULT_SIGNATURE
             if not isinstance(signature_name, str):
                 raise errors.invalid_argument("'signature_name' must be a string")
@@ -224,10 +255,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             _, _, outputs = self.server.core.predict(name, version, label, signature_name, build)
             self._reply(200, format_outputs(outputs, layout["rows"]))
         except errors.ServingError as error:
+            status = error.code.name
             self._error(error)
         except Exception as error:  # noqa: BLE001
-            log.exception("REST predict failed")
+            log.exception("REST POST failed")
+            status = "INTERNAL"
             self._error(errors.ServingError("INTERNAL", f"{type(error).__name__}: {error}"))
+        finally:
+            self._count(match, api, began, status)
 
     def _read_body(self):
         length = self.headers.get("Content-Length")
@@ -262,8 +297,9 @@ class RestServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     block_on_close = True
     allow_reuse_address = True
 
-    def __init__(self, address, core, max_request_bytes):
+    def __init__(self, address, core, max_request_bytes, monitoring_path=None):
         self.core = core
         self.max_request_bytes = max_request_bytes
+        self.monitoring_path = monitoring_path  # GET it for Prometheus metrics (None: no endpoint)
         self.stopping = False
         super().__init__(address, _Handler)

@@ -203,8 +203,8 @@ class Servable:
     def warmup(self, iterations=1):
         """Replays assets.extra/tf_serving_warmup_requests (PredictionLog TFRecords); returns the count.
 
-        Like TensorFlow Serving: more than 1000 records or a failing request fails the load. Only
-        predict_log records are replayed (this server has no Classify/Regress/MultiInference); others are
+        Like TensorFlow Serving: more than 1000 records or a failing request fails the load. predict_log,
+        classify_log and regress_log records are replayed; others (multi_inference_log, session_run_log) are
         skipped with a warning.
         """
         import os
@@ -222,17 +222,28 @@ class Servable:
                 raise errors.invalid_argument(
                     f"more than {MAX_WARMUP_RECORDS} warmup records in {path}")
             entry = prediction_log_pb2.PredictionLog.FromString(record)
-            if entry.WhichOneof("log_type") != "predict_log":
+            kind = entry.WhichOneof("log_type")
+            if kind == "predict_log":
+                request = entry.predict_log.request
+                arrays = {alias: to_ndarray(tensor) for alias, tensor in request.inputs.items()}
+                prepared = self.prepare(request.model_spec.signature_name, arrays, tuple(request.output_filter))
+            elif kind in ("classify_log", "regress_log"):
+                from . import inference
+
+                request = getattr(entry, kind).request
+                name, signature = self.signature(request.model_spec.signature_name)
+                method = CLASSIFY_METHOD if kind == "classify_log" else REGRESS_METHOD
+                alias, outputs = inference.signature_io(method, name, signature)
+                prepared = self.prepare(name, {alias: inference.serialized_examples(request.input)}, outputs)
+            else:
                 skipped += 1
                 continue
-            request = entry.predict_log.request
-            arrays = {alias: to_ndarray(tensor) for alias, tensor in request.inputs.items()}
-            prepared = self.prepare(request.model_spec.signature_name, arrays, tuple(request.output_filter))
             for _ in range(max(1, iterations)):
                 self.run(prepared)
                 self.warmup_requests_run += 1
         if skipped:
-            log.warning("%s version %d: skipped %d warmup records that are not predict_log",
+            log.warning("%s version %d: skipped %d warmup records that are not predict_log, classify_log or "
+                        "regress_log",
                         self.name, self.version, skipped)
         return self.warmup_requests_run
 

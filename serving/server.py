@@ -16,6 +16,7 @@ from .config import ModelEntry, load_batching_config, load_model_config
 from .core import ServerCore
 from .grpc_api import add_services
 from .manager import ModelManager, list_versions
+from .monitoring import Metrics, load_monitoring_config
 from .rest_api import RestServer
 
 log = logging.getLogger("xlnet_tf.serving")
@@ -40,7 +41,7 @@ class ModelServer:
                  poll_interval=1.0, max_request_bytes=DEFAULT_MAX_REQUEST_BYTES,
                  max_response_bytes=DEFAULT_MAX_RESPONSE_BYTES, grpc_max_workers=64, enable_warmup=True,
                  warmup_iterations=1, max_load_retries=5, drain_timeout=30.0, validate_utf8=True,
-                 session_config=None):
+                 session_config=None, monitoring_path=None):
         self.entries = list(entries)
         self.host = host
         self.requested_port = port
@@ -49,10 +50,14 @@ class ModelServer:
         self.max_request_bytes = int(max_request_bytes)
         self.max_response_bytes = int(max_response_bytes)
         self.grpc_max_workers = grpc_max_workers
+        self.monitoring_path = monitoring_path
+        self.metrics = Metrics() if monitoring_path else None
+        if monitoring_path and rest_api_port is None:
+            raise UserError("monitoring (a Prometheus endpoint) needs the REST port: --rest-api-port must not be -1")
         self.manager = ModelManager(self.entries, poll_interval=poll_interval, enable_warmup=enable_warmup,
                                     warmup_iterations=warmup_iterations, max_load_retries=max_load_retries,
                                     drain_timeout=drain_timeout, session_config=session_config,
-                                    validate_utf8=validate_utf8)
+                                    validate_utf8=validate_utf8, metrics=self.metrics)
         self.scheduler = None
         self.core = None
         self.port = None
@@ -73,8 +78,8 @@ class ModelServer:
         self._started = True
         self.manager.start()
         if self.batching is not None:
-            self.scheduler = BatchScheduler(self.batching)
-        self.core = ServerCore(self.manager, self.scheduler)
+            self.scheduler = BatchScheduler(self.batching, self.metrics)
+        self.core = ServerCore(self.manager, self.scheduler, self.metrics)
         options = [
             ("grpc.max_receive_message_length", self.max_request_bytes),
             ("grpc.max_send_message_length", self.max_response_bytes),
@@ -95,7 +100,7 @@ class ModelServer:
         if self.requested_rest_api_port is not None:
             try:
                 self._rest = RestServer((self.host, self.requested_rest_api_port), self.core,
-                                        self.max_request_bytes)
+                                        self.max_request_bytes, self.monitoring_path)
             except OSError as error:
                 self._abort_start()
                 raise UserError(f"cannot listen for REST on {_address(self.host, self.requested_rest_api_port)}:"
@@ -134,6 +139,9 @@ class ModelServer:
             if self._rest is not None:
                 self._rest.server_close()  # joins the request threads
             done.wait()
+            running = self.manager.inflight()
+            if running:
+                log.warning("grace period of %.1fs over: %d requests still running were cancelled", grace, running)
             if self.scheduler is not None:
                 self.scheduler.stop()
             self.manager.stop()
@@ -176,7 +184,7 @@ def serve(model_base_path=None, model_name=None, model_config_file=None, port=85
           host="127.0.0.1", enable_batching=False, batching_parameters_file=None, *, batching_parameters=None,
           poll_interval=1.0, max_request_bytes=DEFAULT_MAX_REQUEST_BYTES, max_response_bytes=DEFAULT_MAX_RESPONSE_BYTES,
           grpc_max_workers=64, enable_warmup=True, warmup_iterations=1, max_load_retries=5, drain_timeout=30.0,
-          validate_utf8=True, session_config=None) -> ModelServer:
+          validate_utf8=True, session_config=None, monitoring_config_file=None) -> ModelServer:
     """A TensorFlow-Serving-compatible server for SavedModels (call `.start()` on it, or use `with`).
 
     Models: `model_base_path` (a directory of integer version directories) with `model_name` (default:
@@ -185,6 +193,8 @@ def serve(model_base_path=None, model_name=None, model_config_file=None, port=85
     `batching_parameters_file` (a BatchingParameters text proto) and/or `batching_parameters` (a dict of
     BatchingConfig fields overriding it). `poll_interval`: seconds between looks for new versions.
     `max_request_bytes`: largest request accepted (gRPC message or REST body), RESOURCE_EXHAUSTED above.
+    `monitoring_config_file`: a MonitoringConfig text proto; with `prometheus_config { enable: true }` the REST
+    port answers GET on its path (default /monitoring/prometheus/metrics) with Prometheus metrics.
     """
     if model_config_file:
         if model_base_path or model_name:
@@ -209,9 +219,11 @@ def serve(model_base_path=None, model_name=None, model_config_file=None, port=85
         batching = load_batching_config(batching_parameters_file, batching_parameters)
     if max_request_bytes <= 0:
         raise UserError("max_request_bytes must be positive")
+    monitoring_path = load_monitoring_config(monitoring_config_file) if monitoring_config_file else None
     return ModelServer(entries, port=port, rest_api_port=rest_api_port, host=host, batching=batching,
                        poll_interval=poll_interval, max_request_bytes=max_request_bytes,
                        max_response_bytes=max_response_bytes, grpc_max_workers=grpc_max_workers,
                        enable_warmup=enable_warmup, warmup_iterations=warmup_iterations,
                        max_load_retries=max_load_retries, drain_timeout=drain_timeout,
-                       validate_utf8=validate_utf8, session_config=session_config)
+                       validate_utf8=validate_utf8, session_config=session_config,
+                       monitoring_path=monitoring_path)

@@ -11,7 +11,10 @@ Signatures:
     classifier: serving_default(text) -> logits [B,2], probabilities [B,2], label_id [B] int64, label [B]
                 pair(text_a, text_b) -> the same; encode(text) -> sequence_output [B,8,4],
                 pooled_output [B,4], padding_mask [B,8]; slow(seconds [B] float) -> elapsed [B]
-                (sleeps max(seconds), without using CPU)
+                (sleeps max(seconds), without using CPU); on serialized tf.Examples whose bytes feature
+                `text` holds the text (TensorFlow Serving's Classify / Regress API, with its method
+                names): classification(inputs) -> classes [B,2] (the labels), scores [B,2] (the
+                probabilities); regression(inputs) -> outputs [B] (the probability of "positive")
     qa:         serving_default(question, context) -> answer [B] string, answer_start/answer_end [B]
                 int64, score [B], no_answer_probability [B]; encode(text) as above
 """
@@ -56,6 +59,19 @@ def _module(kind, offset):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
         def classify(self, text):
             return self._classify(text)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+        def classify_examples(self, inputs):
+            probabilities = self._classify(self._example_text(inputs))["probabilities"]
+            return {"classes": tf.broadcast_to(self.labels, tf.shape(probabilities)), "scores": probabilities}
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+        def regress_examples(self, inputs):
+            return {"outputs": self._classify(self._example_text(inputs))["probabilities"][:, 1]}
+
+        @staticmethod
+        def _example_text(serialized):
+            return tf.io.parse_example(serialized, {"text": tf.io.FixedLenFeature([], tf.string)})["text"]
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text_a"),
                                       tf.TensorSpec([None], tf.string, name="text_b")])
@@ -128,9 +144,15 @@ def build_standin(directory, kind="classifier", offset=0.0, warmup=True):
                 ("encode", {"text": ["warm up"]})]
     else:
         signatures = {"serving_default": module.classify, "pair": module.pair, "encode": module.encode,
-                      "slow": module.slow}
+                      "slow": module.slow, "classification": module.classify_examples,
+                      "regression": module.regress_examples}
         warm = [("serving_default", {"text": ["warm up", "a second text"]}), ("encode", {"text": ["warm up"]})]
     tf.saved_model.save(module, str(directory), signatures=signatures)
+    if kind != "qa":
+        from xlnet_tf.export.exporter import set_method_names
+
+        set_method_names(str(directory), {"classification": "tensorflow/serving/classify",
+                                          "regression": "tensorflow/serving/regress"})
     if warmup:
         write_warmup_requests(str(directory), warm)
     return str(directory)

@@ -579,8 +579,14 @@ def _expected_signatures(name):
         serving = {"logits": ("DT_FLOAT", (b, c)), "probabilities": ("DT_FLOAT", (b, c)),
                    "label_id": ("DT_INT64", (b,)), "label": ("DT_STRING", (b,))}
         raw = {"logits": ("DT_FLOAT", (b, c))}
-    return {"serving_default": (inputs, serving), "encode": (encode_inputs, encode),
-            "tokenize": (text("text"), tokenize), "predict_ids": (ids, raw)}
+    signatures = {"serving_default": (inputs, serving), "encode": (encode_inputs, encode),
+                  "tokenize": (text("text"), tokenize), "predict_ids": (ids, raw)}
+    examples = text("inputs")  # serialized tf.Examples (TensorFlow Serving's Classify / Regress)
+    if name == "reg":
+        signatures["regression"] = (examples, {"outputs": ("DT_FLOAT", (b,))})
+    elif name in ("cls", "pair"):
+        signatures["classification"] = (examples, {"classes": ("DT_STRING", (b, c)), "scores": ("DT_FLOAT", (b, c))})
+    return signatures
 
 
 def _parse_cli(output):

@@ -13,6 +13,7 @@ import base64
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -89,7 +90,8 @@ def reference(models):
 
 
 def _model_config(models, kind, reload_base, with_pending):
-    entries = [("clf", models.base / "clf"), ("qa", models.base / "qa"), ("reload", reload_base)]
+    entries = [("clf", models.base / "clf"), ("qa", models.base / "qa"), ("reload", reload_base),
+               ("swap", models.base / f"swap-{kind}")]
     if with_pending:
         entries.append(("pending", models.base / "pending"))
     labels = {"clf": ' version_labels { key: "stable" value: 1 }'}
@@ -107,6 +109,7 @@ class Running:
     def __init__(self, kind, target, rest_url, reload_base, server=None):
         self.kind, self.target, self.rest_url = kind, target, rest_url
         self.reload_base, self.server = reload_base, server
+        self.models_base = reload_base.parent if reload_base is not None else None
 
     @property
     def ours(self):
@@ -125,6 +128,7 @@ def server(request, models):
         pytest.skip(reason)
     reload_base = models.base / f"reload-{kind}"
     shutil.copytree(models.reload_v1, reload_base / "1")
+    shutil.copytree(models.reload_v1, models.base / f"swap-{kind}" / "1")
     config = _model_config(models, kind, reload_base, with_pending=kind == "xlnet-tf")
     if kind == "xlnet-tf":
         instance = serve(model_config_file=str(config), port=0, rest_api_port=0, enable_batching=True,
@@ -431,6 +435,101 @@ def test_new_version_served_while_clients_run(server, reference):
           latency <= NEW_VERSION_BOUND_S)
 
 
+def test_version_swap_never_fails_a_request(server):
+    """Clients busy on version 1, one of them in a request that runs for seconds; version 2 published and
+    version 1's directory deleted: no request fails, the long one answers from version 1, no request sent after
+    version 2's first answer comes back from version 1, and (ours) a broken version 3 published while version 1
+    still holds its long request is tried at once: nothing waits for that request."""
+    print(f"\n[{server.kind}] version swap under load with a long request on the old version")
+    base = server.models_base / f"swap-{server.kind}"
+    long_seconds = 6.0
+    events, stop, lock = [], threading.Event(), threading.Lock()
+
+    def worker():
+        client = server.client("swap", timeout=60)
+        while not stop.is_set():
+            sent = time.monotonic()
+            try:
+                client.predict({"text": ["a fine film"]}, output_filter=["logits"])
+                entry = (sent, time.monotonic(), client.last_version, None)
+            except Exception as error:  # noqa: BLE001 - counted
+                entry = (sent, time.monotonic(), None, repr(error))
+            with lock:
+                events.append(entry)
+        client.close()
+
+    long_result = {}
+
+    def long_request():
+        client = server.client("swap", timeout=120)
+        began = time.monotonic()
+        try:
+            outputs = client.predict({"seconds": np.array([long_seconds], np.float32)}, signature_name="slow")
+            long_result.update(version=client.last_version, elapsed=float(outputs["elapsed"][0]))
+        except Exception as error:  # noqa: BLE001 - reported
+            long_result.update(error=repr(error))
+        long_result["seconds"], long_result["began"] = time.monotonic() - began, began
+        long_result["done_at"] = time.monotonic()
+        client.close()
+
+    pool = [threading.Thread(target=worker) for _ in range(4)]
+    holder = threading.Thread(target=long_request)
+    for thread in pool:
+        thread.start()
+    try:
+        time.sleep(0.5)
+        holder.start()
+        time.sleep(0.5)  # the long request is running on version 1
+        staging = base / ".incoming-2"
+        shutil.copytree(_staging(base, 2), staging)
+        os.rename(staging, base / "2")
+        published = time.monotonic()
+        deadline = published + NEW_VERSION_BOUND_S + 20
+        while time.monotonic() < deadline and not any(v == 2 for _, _, v, _ in events):
+            time.sleep(0.05)
+        shutil.rmtree(base / "1")  # version 1 deleted while its long request still runs
+        broken = base / ".incoming-3"
+        broken.mkdir()
+        (broken / "saved_model.pb").write_bytes(b"not a SavedModel")
+        os.rename(broken, base / "3")
+        broken_at = time.monotonic()
+        holder.join(120)
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for thread in pool:
+            thread.join(60)
+    failures = [e for e in events if e[3] is not None]
+    first_v2 = min((done for _, done, v, _ in events if v == 2), default=float("inf"))
+    late_v1 = [e for e in events if e[2] == 1 and e[0] > first_v2]
+    print(f"  {len(events)} requests; versions answered {sorted({e[2] for e in events if e[2]})}; long request "
+          f"{long_result}")
+    check("failed requests during the swap (long request included)", len(failures) + ("error" in long_result),
+          "== 0", not failures and "error" not in long_result)
+    check("the long request's version and seconds", (long_result.get("version"), round(long_result.get("seconds",
+          0), 1)), f"version 1, >= {long_seconds} s", long_result.get("version") == 1 and
+          long_result.get("elapsed", 0) >= long_seconds)
+    check("answers from version 1 to requests sent after version 2's first answer", len(late_v1), "== 0",
+          first_v2 < float("inf") and not late_v1)
+    if server.ours:
+        log = [e for e in server.server.manager.events if e[1] == "swap"]
+        tried = min((t for t, _, version, event, _ in log if version == 3 and event == "load_failed"),
+                    default=float("inf"))
+        closed = min((t for t, _, version, event, _ in log if version == 1 and event == "unloaded"),
+                     default=float("inf"))
+        print(f"  version 3 (broken) tried {tried - broken_at:.2f} s after it appeared; version 1 closed "
+              f"{closed - long_result['began']:.2f} s after its long request was sent")
+        check("broken version 3 tried while version 1 still held its long request", f"{tried - broken_at:.2f} s",
+              f"before the long request ended ({long_result['done_at'] - broken_at:.2f} s)",
+              tried < long_result["done_at"])
+        check("version 1 closed after its long request had run, not before",
+              f"{closed - long_result['began']:.2f} s after it was sent", f">= {long_seconds} s (its sleep)",
+              closed - long_result["began"] >= long_seconds)
+    states = {s["version"]: s["state"] for s in server.client("swap").status()}
+    check("swap model status", states, "version 1 END, version 2 AVAILABLE", states.get(1) == "END" and
+          states.get(2) == "AVAILABLE")
+
+
 def _staging(base, version):
     return base.parent.parent / "staging" / f"reload-{version}"
 
@@ -503,6 +602,182 @@ def test_bad_requests_get_the_right_status_and_serving_continues(server, referen
         check(f"HTTP status of '{label}'", status, expected, status == expected and "error" in answer)
         status, answer = _rest(server, "POST", "/v1/models/clf:predict", {"instances": ["ok"]})
         assert status == 200 and answer["predictions"][0]["label"] == good["label"][0].decode(), answer
+
+
+# --- TensorFlow Serving's inference API: Classify, Regress, MultiInference on tf.Examples ---------------------
+
+
+def _stubs(target):
+    """tensorflow-serving-api's own PredictionService stub on a fresh channel."""
+    from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+    channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+                                                     ("grpc.max_send_message_length", MAX_REQUEST_BYTES)])
+    return channel, prediction_service_pb2_grpc.PredictionServiceStub(channel)
+
+
+def _examples(**columns):
+    """Input proto of tf.Examples, each feature a bytes_list of one UTF-8 value per row."""
+    from xlnet_tf.serving.client import text_examples
+
+    return text_examples(columns)
+
+
+def _request(kind, model, signature, input_proto):
+    from tensorflow_serving.apis import classification_pb2, regression_pb2
+
+    request = {"classify": classification_pb2.ClassificationRequest,
+               "regress": regression_pb2.RegressionRequest}[kind]()
+    request.model_spec.name = model
+    request.model_spec.signature_name = signature
+    request.input.CopyFrom(input_proto)
+    return request
+
+
+def _scores(result):
+    """A ClassificationResult's scores, [examples, classes]."""
+    return np.array([[c.score for c in row.classes] for row in result.classifications], np.float32)
+
+
+def _labels(result):
+    return [[c.label for c in row.classes] for row in result.classifications]
+
+
+def test_classify_regress_and_multi_inference(server, reference):
+    """Classify / Regress / MultiInference through tensorflow-serving-api's stubs equal Predict on the same
+    texts; with context; REST :classify / :regress equal gRPC; bad Examples get INVALID_ARGUMENT / 400 and the
+    server keeps serving."""
+    from tensorflow_serving.apis import inference_pb2, input_pb2
+
+    print(f"\n[{server.kind}] Classify, Regress, MultiInference (the stand-in's classification / regression)")
+    channel, stub = _stubs(server.target)
+    try:
+        want = reference("clf", text=TEXTS)
+        classified = stub.Classify(_request("classify", "clf", "classification", _examples(text=TEXTS)), timeout=30)
+        scores = _scores(classified.result)
+        diff = float(np.max(np.abs(scores - want["probabilities"])))
+        check("Classify scores vs Predict probabilities (max |diff|)", f"{diff:.1e}", "<= 1e-6", diff <= 1e-6)
+        best = [row[int(np.argmax(p))] for row, p in zip(_labels(classified.result), scores)]
+        check("Classify's best classes vs Predict's labels", best, [v.decode() for v in want["label"]],
+              best == [v.decode() for v in want["label"]])
+        check("Classify response model_spec", (classified.model_spec.name, classified.model_spec.version.value,
+                                               classified.model_spec.signature_name),
+              "('clf', 1, 'classification')", (classified.model_spec.name, classified.model_spec.version.value,
+                                               classified.model_spec.signature_name) == ("clf", 1, "classification"))
+        regressed = stub.Regress(_request("regress", "clf", "regression", _examples(text=TEXTS)), timeout=30)
+        values = np.array([r.value for r in regressed.result.regressions], np.float32)
+        diff = float(np.max(np.abs(values - want["probabilities"][:, 1])))
+        check("Regress outputs vs Predict probabilities[:, 1] (max |diff|)", f"{diff:.1e}", "<= 1e-6", diff <= 1e-6)
+
+        # example_list_with_context: the context's features, the example's winning where both have one
+        context = input_pb2.Input()
+        listed = context.example_list_with_context
+        listed.context.features.feature["text"].bytes_list.value.append(TEXTS[0].encode())
+        listed.examples.add()  # no feature: the context's text
+        listed.examples.add().features.feature["text"].bytes_list.value.append(TEXTS[1].encode())
+        merged = _scores(stub.Classify(_request("classify", "clf", "classification", context), timeout=30).result)
+        expected = want["probabilities"][:2]
+        diff = float(np.max(np.abs(merged - expected)))
+        check("example_list_with_context: [context's text, example's own] vs Predict (max |diff|)", f"{diff:.1e}",
+              "<= 1e-6", diff <= 1e-6)
+
+        request = inference_pb2.MultiInferenceRequest()
+        for method, signature in (("tensorflow/serving/classify", "classification"),
+                                  ("tensorflow/serving/regress", "regression")):
+            task = request.tasks.add()
+            task.model_spec.name, task.model_spec.signature_name, task.method_name = "clf", signature, method
+        request.input.CopyFrom(_examples(text=TEXTS))
+        multi = stub.MultiInference(request, timeout=30)
+        got = (_scores(multi.results[0].classification_result),
+               np.array([r.value for r in multi.results[1].regression_result.regressions], np.float32))
+        diff = max(float(np.max(np.abs(got[0] - scores))), float(np.max(np.abs(got[1] - values))))
+        check("MultiInference (classify + regress tasks) vs Classify and Regress (max |diff|)", f"{diff:.1e}",
+              "<= 1e-6", diff <= 1e-6 and [r.model_spec.signature_name for r in multi.results] ==
+              ["classification", "regression"])
+
+        def code_of(call):
+            try:
+                call()
+            except grpc.RpcError as error:
+                return error.code().name, error.details()
+            return "OK", ""
+
+        bad_utf8 = input_pb2.Input()
+        bad_utf8.example_list.examples.add().features.feature["text"].bytes_list.value.append(b"caf\xe9 \xff")
+        wrong_type = input_pb2.Input()
+        wrong_type.example_list.examples.add().features.feature["text"].int64_list.value.append(7)
+        duplicate = inference_pb2.MultiInferenceRequest()
+        duplicate.CopyFrom(request)
+        duplicate.tasks[1].model_spec.signature_name = "classification"
+        duplicate.tasks[1].method_name = "tensorflow/serving/classify"
+        other_model = inference_pb2.MultiInferenceRequest()
+        other_model.CopyFrom(request)
+        other_model.tasks[1].model_spec.name = "qa"
+        cases = [
+            ("missing feature", lambda: stub.Classify(_request("classify", "clf", "classification",
+                                                               _examples(other=TEXTS[:1])), timeout=30),
+             "INVALID_ARGUMENT", "text"),
+            ("feature of another type", lambda: stub.Classify(_request("classify", "clf", "classification",
+                                                                       wrong_type), timeout=30),
+             "INVALID_ARGUMENT", "text"),
+            ("non-UTF-8 text", lambda: stub.Regress(_request("regress", "clf", "regression", bad_utf8), timeout=30),
+             "INVALID_ARGUMENT", ""),
+            ("empty input", lambda: stub.Classify(_request("classify", "clf", "classification", input_pb2.Input()),
+                                                  timeout=30), "INVALID_ARGUMENT", "Input is empty"),
+            ("Classify on a predict signature (four outputs)",
+             lambda: stub.Classify(_request("classify", "clf", "serving_default", _examples(text=TEXTS[:1])),
+                                   timeout=30), "INVALID_ARGUMENT", "output Tensors"),
+            ("Regress on the classification signature (two outputs)",
+             lambda: stub.Regress(_request("regress", "clf", "classification", _examples(text=TEXTS[:1])),
+                                  timeout=30), "INVALID_ARGUMENT", "one output"),
+            ("unknown model", lambda: stub.Classify(_request("classify", "nope", "classification",
+                                                             _examples(text=TEXTS[:1])), timeout=30), "NOT_FOUND", ""),
+            ("MultiInference: a signature twice", lambda: stub.MultiInference(duplicate, timeout=30),
+             "INVALID_ARGUMENT", "Duplicate"),
+            ("MultiInference: two models", lambda: stub.MultiInference(other_model, timeout=30),
+             "INVALID_ARGUMENT", "same model name"),
+        ]
+        for label, call, expected, named in cases:
+            code, message = code_of(call)
+            print(f"    {label}: {code} ({message[:120]})")
+            check(f"status of '{label}'", code, f"{expected}, message naming {named!r}",
+                  code == expected and named in message)
+            again = _scores(stub.Classify(_request("classify", "clf", "classification", _examples(text=TEXTS[:2])),
+                                          timeout=30).result)
+            assert float(np.max(np.abs(again - want["probabilities"][:2]))) <= 1e-6
+    finally:
+        channel.close()
+
+    if not _needs_rest(server):
+        return
+    status, body = _rest(server, "POST", "/v1/models/clf:classify",
+                         {"signature_name": "classification", "examples": [{"text": t} for t in TEXTS]})
+    rest_scores = np.array([[score for _, score in row] for row in body.get("results", [])], np.float32)
+    check("REST :classify labels", [[label for label, _ in row] for row in body["results"]], "gRPC's",
+          status == 200 and [[label for label, _ in row] for row in body["results"]] == _labels(classified.result))
+    diff = float(np.max(np.abs(rest_scores - scores)))
+    check("REST :classify scores vs gRPC Classify (max |diff|)", f"{diff:.1e}", "<= 1e-6", diff <= 1e-6)
+    status, body = _rest(server, "POST", "/v1/models/clf/versions/1:regress",
+                         {"signature_name": "regression", "context": {"text": TEXTS[0]},
+                          "examples": [{}, {"text": TEXTS[1]}]})
+    diff = float(np.max(np.abs(np.array(body.get("results", [np.inf]), np.float32) - values[:2])))
+    check("REST :regress with context vs gRPC Regress (max |diff|)", f"{diff:.1e}", "<= 1e-6",
+          status == 200 and diff <= 1e-6)
+    rest_cases = [
+        ("an example that is not an object", {"signature_name": "classification", "examples": ["text"]}),
+        ("no examples", {"signature_name": "classification"}),
+        ("missing feature", {"signature_name": "classification", "examples": [{"other": "a"}]}),
+        ("non-UTF-8 text (b64)", {"signature_name": "classification",
+                                  "examples": [{"text": {"b64": base64.b64encode(b"\xff\xfe").decode()}}]}),
+        ("mixed types in a feature", {"signature_name": "classification", "examples": [{"text": ["a", 1]}]}),
+    ]
+    for label, request_body in rest_cases:
+        status, answer = _rest(server, "POST", "/v1/models/clf:classify", request_body)
+        print(f"    REST {label}: HTTP {status} {str(answer)[:110]}")
+        check(f"HTTP status of '{label}'", status, 400, status == 400 and "error" in answer)
+        status, answer = _rest(server, "POST", "/v1/models/clf:classify",
+                               {"signature_name": "classification", "examples": [{"text": TEXTS[0]}]})
+        assert status == 200 and answer["results"][0][0][0] == "negative", answer
 
 
 # --- our server only ------------------------------------------------------------------------------------
@@ -728,7 +1003,8 @@ def real_exports(tmp_path_factory):
              "squad": ("squad", dict(max_seq_len=48, start_n_top=5, end_n_top=5, doc_stride=8, max_query_len=10)),
              # long documents: segments of 16 read with memory in a tf.while_loop
              "doc": ("classification", dict(max_seq_len=16, num_labels=2, label_names=["no", "yes"], long_doc="memory",
-                                            max_doc_len=64, mem_len=48))}
+                                            max_doc_len=64, mem_len=48)),
+             "reg": ("regression", dict(max_seq_len=32, pairs=True))}
     paths = {}
     for index, (name, (task, extra)) in enumerate(tasks.items()):
         keras.utils.set_random_seed(200 + index)
@@ -843,5 +1119,232 @@ def test_real_tiny_export_end_to_end(real_exports):
         check("non-UTF-8 text on the real export", code.name, "INVALID_ARGUMENT", code.name == "INVALID_ARGUMENT")
         _compare("good request afterwards", clf.predict({"text": REAL_TEXTS[:1]}, output_filter=["logits"]),
                  {"logits": in_process("cls", "serving_default", text=REAL_TEXTS[:1])["logits"]}, atol=1e-5)
+    finally:
+        instance.stop(5)
+
+
+def test_real_export_classify_and_regress(real_exports):
+    """The exports' classification / regression signatures (tf.Examples in) through xlnet-tf serve, which loads
+    them in a TF1 Session as tensorflow_model_server does, with tensorflow-serving-api's stubs: equal to Predict
+    on the same texts; errors name the feature; the signatures use only allowlisted ops and carry TensorFlow
+    Serving's method names."""
+    from tensorflow_serving.apis import input_pb2
+
+    from xlnet_tf.export import ops
+
+    print("\n[xlnet-tf serve] Classify / Regress on real tiny exports")
+    for name, signature, method in (("cls", "classification", "tensorflow/serving/classify"),
+                                    ("reg", "regression", "tensorflow/serving/regress")):
+        saved = ops._read_saved_model(real_exports[name]).meta_graphs[0].signature_def
+        check(f"{name}: method_name of {signature!r}", saved[signature].method_name, method,
+              saved[signature].method_name == method and saved["serving_default"].method_name ==
+              "tensorflow/serving/predict")
+        bad = ops.disallowed_ops(real_exports[name])
+        check(f"{name}: ops outside the allowlist", bad, "[]", bad == [])
+    metadata = json.loads(open(os.path.join(real_exports["reg"], "assets.extra", "xlnet_export.json")).read())
+    check("reg: recorded Example features", metadata["example_features"], "['text_a', 'text_b']",
+          metadata["example_features"] == ["text_a", "text_b"])
+    work = real_exports["root"]
+    config = work / "classify.config"
+    config.write_text("model_config_list {\n" + "".join(
+        f'  config {{ name: "{name}" base_path: "{work / "serving" / name}" model_platform: "tensorflow" }}\n'
+        for name in ("cls", "reg")) + "}\n")
+    instance = serve(model_config_file=str(config), port=0, rest_api_port=0, enable_batching=True,
+                     batching_parameters={"max_batch_size": 16, "batch_timeout_micros": 2000, "num_batch_threads": 2},
+                     poll_interval=0).start()
+    channel, stub = _stubs(instance.grpc_target)
+    try:
+        for name in ("cls", "reg"):
+            (state,) = Client(instance.grpc_target, name).status()
+            check(f"{name} loaded in a TF1 Session", state["state"], "AVAILABLE", state["state"] == "AVAILABLE")
+        predicted = Client(instance.grpc_target, "cls").predict({"text": REAL_TEXTS})
+        classified = stub.Classify(_request("classify", "cls", "classification", _examples(text=REAL_TEXTS)),
+                                   timeout=60)
+        diff = float(np.max(np.abs(_scores(classified.result) - predicted["probabilities"])))
+        check("cls: Classify scores vs Predict probabilities (max |diff|)", f"{diff:.1e}", "<= 1e-6", diff <= 1e-6)
+        labels = _labels(classified.result)
+        check("cls: Classify classes", labels[0], "['negative', 'neutral', 'positive'] for every example",
+              labels == [["negative", "neutral", "positive"]] * len(REAL_TEXTS))
+        rows = Client(instance.grpc_target, "cls").classify(REAL_TEXTS, api="classify")
+        check("cls: Client.classify(api='classify') labels vs Predict's", [r["label"] for r in rows],
+              [v.decode() for v in predicted["label"]], [r["label"] for r in rows] == [v.decode() for v in
+                                                                                      predicted["label"]])
+        text_b = REAL_TEXTS[::-1]
+        predicted = Client(instance.grpc_target, "reg").predict({"text_a": REAL_TEXTS, "text_b": text_b})
+        regressed = stub.Regress(_request("regress", "reg", "regression",
+                                          _examples(text_a=REAL_TEXTS, text_b=text_b)), timeout=60)
+        values = np.array([r.value for r in regressed.result.regressions], np.float32)
+        diff = float(np.max(np.abs(values - predicted["prediction"])))
+        check("reg: Regress outputs vs Predict prediction (text pairs; max |diff|)", f"{diff:.1e}", "<= 1e-6",
+              diff <= 1e-6)
+        via_client = [r["prediction"] for r in Client(instance.grpc_target, "reg").regress(REAL_TEXTS, text_b)]
+        check("reg: Client.regress == Regress", via_client, "the same values", np.allclose(via_client, values,
+                                                                                          atol=0, rtol=0))
+
+        bad_utf8 = input_pb2.Input()
+        features = bad_utf8.example_list.examples.add().features.feature
+        features["text_a"].bytes_list.value.append(b"fine")
+        features["text_b"].bytes_list.value.append(b"caf\xe9 \xff")
+        wrong_type = input_pb2.Input()
+        wrong_type.example_list.examples.add().features.feature["text"].float_list.value.append(1.5)
+        for label, call, named in (
+                ("missing feature text_b", lambda: stub.Regress(_request("regress", "reg", "regression",
+                                                                         _examples(text_a=["only a"])), timeout=60),
+                 "text_b"),
+                ("float feature text", lambda: stub.Classify(_request("classify", "cls", "classification",
+                                                                      wrong_type), timeout=60), "text"),
+                ("non-UTF-8 text_b", lambda: stub.Regress(_request("regress", "reg", "regression", bad_utf8),
+                                                          timeout=60), "text_b")):
+            try:
+                call()
+                code, message = "OK", ""
+            except grpc.RpcError as error:
+                code, message = error.code().name, error.details()
+            print(f"    {label}: {code} ({message[:140]})")
+            check(f"status of '{label}'", code, f"INVALID_ARGUMENT naming {named!r}",
+                  code == "INVALID_ARGUMENT" and re.search(rf"\b{named}\b", message) is not None)
+        again = stub.Classify(_request("classify", "cls", "classification", _examples(text=REAL_TEXTS[:1])),
+                              timeout=60)
+        assert len(again.result.classifications) == 1
+    finally:
+        channel.close()
+        instance.stop(5)
+
+
+def test_reload_config_adds_and_removes_models_while_clients_run(models, tmp_path):
+    """ModelService.HandleReloadConfigRequest (tensorflow-serving-api's stub) swaps the config [first, third]
+    for [first, second] while 16 clients call the first: none of their requests fails, the second is AVAILABLE
+    when the call returns, the third answers NOT_FOUND; a config TensorFlow Serving refuses gets INVALID_ARGUMENT
+    and changes nothing."""
+    from tensorflow_serving.apis import model_management_pb2, model_service_pb2_grpc
+    from tensorflow_serving.config import model_server_config_pb2
+
+    print("\n[xlnet-tf serve] HandleReloadConfigRequest under load")
+    shutil.copytree(models.reload_v1, tmp_path / "second" / "1")
+
+    def config(*entries):
+        message = model_server_config_pb2.ModelServerConfig()
+        for name, base in entries:
+            entry = message.model_config_list.config.add()
+            entry.name, entry.base_path, entry.model_platform = name, str(base), "tensorflow"
+        return message
+
+    first, second, third = ("first", models.base / "clf"), ("second", tmp_path / "second"), ("third", models.base / "qa")
+    path = tmp_path / "models.config"
+    path.write_text(f'model_config_list {{ config {{ name: "first" base_path: "{first[1]}" model_platform: '
+                    f'"tensorflow" }} config {{ name: "third" base_path: "{third[1]}" model_platform: "tensorflow" }} }}')
+    instance = serve(model_config_file=str(path), port=0, rest_api_port=None, poll_interval=0.25).start()
+    events, stop, lock = [], threading.Event(), threading.Lock()
+
+    def worker():
+        client = Client(instance.grpc_target, "first", timeout=30, retries=0)
+        while not stop.is_set():
+            try:
+                client.predict({"text": ["a fine film"]}, output_filter=["logits"])
+                entry = None
+            except Exception as error:  # noqa: BLE001 - counted
+                entry = repr(error)
+            with lock:
+                events.append(entry)
+        client.close()
+
+    channel = grpc.insecure_channel(instance.grpc_target)
+    stub = model_service_pb2_grpc.ModelServiceStub(channel)
+    pool = [threading.Thread(target=worker) for _ in range(16)]
+    try:
+        for thread in pool:
+            thread.start()
+        time.sleep(0.5)
+        began = time.monotonic()
+        response = stub.HandleReloadConfigRequest(model_management_pb2.ReloadConfigRequest(
+            config=config(first, second)), timeout=120)
+        took = time.monotonic() - began
+        (state,) = Client(instance.grpc_target, "second").status()
+        code, message = _grpc_code(lambda: Client(instance.grpc_target, "third", retries=0).predict(
+            {"question": ["who?"], "context": ["Ada."]}))
+        bad = model_server_config_pb2.ModelServerConfig()
+        bad.CopyFrom(config(first, second, ("first", third[1])))
+        try:
+            stub.HandleReloadConfigRequest(model_management_pb2.ReloadConfigRequest(config=bad), timeout=60)
+            bad_code, bad_message = "OK", ""
+        except grpc.RpcError as error:
+            bad_code, bad_message = error.code().name, error.details()
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for thread in pool:
+            thread.join(60)
+        channel.close()
+    try:
+        failures = [e for e in events if e is not None]
+        print(f"  reload answered in {took:.2f} s with status {response.status.error_code} "
+              f"{response.status.error_message!r}; {len(events)} requests to 'first' meanwhile")
+        check("failed requests to the kept model during the reload", len(failures), f"== 0 of {len(events)}",
+              not failures and len(events) > 16)
+        check("the added model's state when the reload returns", state["state"], "AVAILABLE",
+              state["state"] == "AVAILABLE" and response.status.error_code == 0)
+        check("the removed model", code.name, "NOT_FOUND", code.name == "NOT_FOUND")
+        print(f"  a config naming 'first' twice: {bad_code} ({bad_message[:100]})")
+        check("a config naming a model twice", bad_code, "INVALID_ARGUMENT", bad_code == "INVALID_ARGUMENT")
+        still = Client(instance.grpc_target, "second").predict({"text": ["a fine film"]}, output_filter=["logits"])
+        assert still["logits"].shape == (1, 2)
+        log = [e for e in instance.manager.events if e[1] == "third"]
+        check("the removed model's version", [e[3] for e in log][-2:], "['unloading', 'unloaded']",
+              [e[3] for e in log][-2:] == ["unloading", "unloaded"])
+    finally:
+        instance.stop(5)
+
+
+def test_prometheus_metrics_count_the_requests(models, tmp_path):
+    """--monitoring-config-file: the REST port serves Prometheus text at the configured path, which
+    prometheus_client's parser reads; its request counts equal the requests sent, by model, API, entrypoint and
+    status; latency histograms count the same requests; loads and batch sizes are there."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    print("\n[xlnet-tf serve] Prometheus metrics")
+    monitoring = tmp_path / "monitoring.config"
+    monitoring.write_text('prometheus_config { enable: true path: "/monitoring/prometheus/metrics" }\n')
+    instance = serve(model_base_path=str(models.base / "clf"), model_name="clf", port=0, rest_api_port=0,
+                     enable_batching=True, batching_parameters={"max_batch_size": 8, "batch_timeout_micros": 1000},
+                     poll_interval=0, monitoring_config_file=str(monitoring)).start()
+    try:
+        client = Client(instance.grpc_target, "clf", retries=0)
+        sent = {("clf", "predict", "GRPC", "OK"): 5, ("clf", "predict", "GRPC", "INVALID_ARGUMENT"): 3,
+                ("nope", "predict", "GRPC", "NOT_FOUND"): 2, ("clf", "classify", "GRPC", "OK"): 2,
+                ("clf", "predict", "REST", "OK"): 4, ("clf", "predict", "REST", "INVALID_ARGUMENT"): 1}
+        for _ in range(5):
+            client.predict({"text": ["a fine film"]})
+        for _ in range(3):
+            _grpc_code(lambda: client.predict({"text": ["a"], "other": ["b"]}))
+        for _ in range(2):
+            _grpc_code(lambda: Client(instance.grpc_target, "nope", retries=0).predict({"text": ["a"]}))
+        for _ in range(2):
+            client.classify(["a fine film", "dull"], api="classify")
+        rest = Running("xlnet-tf", None, instance.rest_url, None)
+        for _ in range(4):
+            assert _rest(rest, "POST", "/v1/models/clf:predict", {"instances": ["ok"]})[0] == 200
+        assert _rest(rest, "POST", "/v1/models/clf:predict", {"instances": [1.5]})[0] == 400
+        with urllib.request.urlopen(instance.rest_url + "/monitoring/prometheus/metrics", timeout=30) as response:
+            content_type, text = response.headers["Content-Type"], response.read().decode()
+        families = {family.name: family for family in text_string_to_metric_families(text)}
+        print(f"  {len(text.splitlines())} lines, Content-Type {content_type}; families {sorted(families)}")
+        counted = {}
+        for sample in families[":tensorflow:serving:request_count"].samples:
+            key = tuple(sample.labels[k] for k in ("model_name", "API", "entrypoint", "status"))
+            counted[key] = counted.get(key, 0) + sample.value
+        check("request_count by (model, API, entrypoint, status)", counted, f"the requests sent {sent}",
+              counted == sent)
+        latency = {tuple(s.labels[k] for k in ("model_name", "API", "entrypoint")): s.value
+                   for s in families[":tensorflow:serving:request_latency"].samples if s.name.endswith("_count")}
+        by_api = {}
+        for (model, api, entrypoint, _), count in sent.items():
+            by_api[(model, api, entrypoint)] = by_api.get((model, api, entrypoint), 0) + count
+        check("request_latency histogram counts", latency, f"{by_api}", latency == by_api)
+        loads = {s.labels["status"]: s.value for s in families[":tensorflow:cc:saved_model:load_attempt_count"].samples}
+        check("load_attempt_count", loads, "{'success': 1.0}", loads == {"success": 1.0})
+        batches = [s.value for s in families[":tensorflow:serving:batching_session:processed_batch_size"].samples
+                   if s.name.endswith("_count")]
+        check("processed_batch_size observations", batches, "one count >= 7 (the batched Predict / Classify calls)",
+              len(batches) == 1 and batches[0] >= 7)
     finally:
         instance.stop(5)
