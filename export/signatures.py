@@ -261,7 +261,8 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
 
         @_fn([tf.TensorSpec([None], tf.string, name="inputs")])
         def on_examples(inputs):
-            out = answers(g.classification_inputs(*parse_text_examples(inputs, feature_names)))
+            # serving_default's traced function, called: one copy of the model in the SavedModel.
+            out = serving_default(*parse_text_examples(inputs, feature_names))
             if task == "regression":
                 return {"outputs": out["prediction"]}
             names = finetune_config.get("label_names") or [str(i) for i in range(out["logits"].shape[-1])]
