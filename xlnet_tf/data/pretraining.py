@@ -27,15 +27,25 @@ are reported as `unused_tail_tokens`: no padded last record is written.
 With `bi_data`, the same is done on the REVERSED token stream and written to separate `records-bwd-*` shards:
 the training input takes the second half of every batch from them, as the original does.
 
-Bounded memory: the tokens are written to a temporary file in the output directory (4 bytes per token: the
-id and the parity bit) while the input is read line by line and tokenized in calls of at most 1024 lines /
-64 KiB (the tokenizer's graph needs several hundred bytes per character; lines over 8192 characters are cut
-at spaces into pieces, which tokenize like the whole line since no piece spans whitespace, up to
-SentencePiece's choice between equally scored segmentations). The records are then built by reading small
-windows of that file (about 3 * seq_len tokens per record, plus block-wise scans back to a sentence start).
-So the random B is drawn from the WHOLE corpus like the original (not from a window), memory does not grow
-with the corpus, and the temporary file (deleted at the end) costs 4 bytes of disk per token. One input line
-is held in memory at a time.
+Every record's random choices come from its own generator, seeded with (seed, direction, record index): any
+process may write any record and get the same bytes, so the shards are the same whether one process writes
+them in order or many workers of a Beam pipeline write them in parallel (`xlnet_tf.pipelines`).
+
+The work is two steps, and the Beam pipeline runs the same two functions:
+1. `tokenize_file`: every input file -> its token chunk in the temporary folder `.tokens/` of the output
+   directory (4 bytes per token: the id and the parity bit), read line by line and tokenized in calls of at
+   most 1024 lines / 64 KiB (the tokenizer's graph needs several hundred bytes per character; lines over 8192
+   characters are cut at spaces into pieces, which tokenize like the whole line since no piece spans
+   whitespace, up to SentencePiece's choice between equally scored segmentations). One input line is held in
+   memory at a time. A file is one unit of work: a document never spans workers.
+2. `write_shard`: the chunks in input order are one stream (`_Stream`, which aligns the files' parities so
+   that the sentence boundaries are those of one reader over all files); each shard's records are built by
+   reading small windows of it (about 3 * seq_len tokens per record, plus block-wise scans back to a sentence
+   start). So the random B is drawn from the WHOLE corpus like the original (not from a window), memory does
+   not grow with the corpus, and the chunks (deleted at the end) cost 4 bytes of disk per token.
+
+Inputs are paths or globs on any filesystem TensorFlow reads (the Beam pipeline: any Beam reads); all I/O
+goes through a `files` object (`TensorFlowFiles` here).
 
 Files in the output directory: `records-IIIII-of-NNNNN.tfrecord` (and `records-bwd-...` with bi_data), each a
 contiguous range of records in stream order (shard i holds records [i*n//N, (i+1)*n//N)), tf.train.Example
@@ -67,7 +77,7 @@ FORMAT_VERSION = 1
 METADATA_FILE = "metadata.json"
 CLS_ID, SEP_ID, PAD_ID, EOD_ID = sampling.CLS_ID, sampling.SEP_ID, sampling.PAD_ID, sampling.EOD_ID
 _SPECIAL = {"<cls>": CLS_ID, "<sep>": SEP_ID, "<pad>": PAD_ID, "<eod>": EOD_ID}
-_TOKENS_FILE = ".tokens.tmp"
+_TOKENS_DIR = ".tokens"  # the token chunks while the records are written
 _BATCH_LINES = 1024  # texts tokenized per TF call ...
 _BATCH_BYTES = 64 << 10  # ... or fewer, holding this many bytes: the tokenizer's peak memory grows with it
 _PIECE_CHARS = 8192  # longer lines are tokenized in pieces cut at spaces (bounds the tokenizer's memory)
@@ -82,26 +92,113 @@ def shard_name(index, num_shards, backward=False):
 
 
 # ----------------------------------------------------------------------------------------------------
-# Writing
+# Files: every read and write of the writing side goes through a `files` object, so that the same steps run
+# on TensorFlow's filesystems in one process and on Beam's in `xlnet_tf.pipelines`.
 
 
-def _as_paths(input_files):
-    if isinstance(input_files, (str, os.PathLike)):
-        return [os.fspath(input_files)]
-    return [os.fspath(p) for p in input_files]
+def _has_scheme(path):
+    return "://" in path
 
 
-def _check_inputs(paths, spm_model):
+def _is_glob(pattern):
+    return any(c in pattern for c in "*?[")
+
+
+class TensorFlowFiles:
+    """Local paths and the filesystems TensorFlow reads (gs://, ...) through `tf.io.gfile`; local files are
+    opened with Python's own `open`."""
+
+    def join(self, *parts):
+        return os.path.join(*parts)
+
+    def glob(self, pattern):
+        return sorted(tf.io.gfile.glob(pattern))
+
+    def exists(self, path):
+        return tf.io.gfile.exists(path)
+
+    def open(self, path, mode="rb"):
+        return open(path, mode) if not _has_scheme(path) else tf.io.gfile.GFile(path, mode)
+
+    def size(self, path):
+        return tf.io.gfile.stat(path).length
+
+    def makedirs(self, path):
+        tf.io.gfile.makedirs(path)
+
+    def rename(self, source, target):
+        tf.io.gfile.rename(source, target, overwrite=True)
+
+    def remove(self, path):
+        tf.io.gfile.remove(path)
+
+    def remove_tree(self, path):
+        if tf.io.gfile.exists(path):
+            tf.io.gfile.rmtree(path)
+
+    def write_records(self, path, records):
+        """Writes serialized records as one TFRecord file."""
+        with tf.io.TFRecordWriter(path) as writer:
+            for record in records:
+                writer.write(record)
+
+
+def write_atomically(files, path, write):
+    """`write(temporary_path)`, then the temporary file renamed to `path`; on failure it is removed."""
+    temporary = path + ".tmp"
+    try:
+        write(temporary)
+    except BaseException:
+        try:
+            if files.exists(temporary):
+                files.remove(temporary)
+        except Exception:  # the original error is the one to report
+            pass
+        raise
+    files.rename(temporary, path)
+
+
+def write_json(files, path, value):
+    """`value` as indented JSON at `path`, written atomically."""
+    def write(temporary):
+        with files.open(temporary, "wb") as f:
+            f.write((json.dumps(value, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+
+    write_atomically(files, path, write)
+
+
+def expand_inputs(files, patterns):
+    """The input files of `patterns` (paths or globs) in the given order, each glob's matches sorted."""
+    if isinstance(patterns, (str, os.PathLike)):
+        patterns = [patterns]
+    paths = []
+    for pattern in (os.fspath(p) for p in patterns):
+        if _is_glob(pattern):
+            matches = files.glob(pattern)
+            if not matches:
+                raise UserError(f"no input file matches {pattern}")
+        elif files.exists(pattern):
+            matches = [pattern]
+        else:
+            raise UserError(f"input file not found: {pattern}")
+        paths += matches
     if not paths:
         raise UserError("create-pretraining-data needs at least one --input file")
-    for path in paths:
-        if not os.path.isfile(path):
-            raise UserError(f"input file not found: {path}")
-        with open(path, "rb") as f:
-            if not any(line.strip() for line in f):
-                raise UserError(f"input file is empty (no text): {path}")
-    if not os.path.isfile(spm_model):
-        raise UserError(f"SentencePiece model not found: {spm_model}")
+    return paths
+
+
+def check_settings(seq_len, reuse_len, num_shards, seed):
+    """UserError naming the flag for settings no record layout can have."""
+    for name, value, low in (("seq_len", seq_len, 6), ("reuse_len", reuse_len, 1), ("num_shards", num_shards, 1),
+                             ("seed", seed, 0)):
+        _check_int(name, value, low)
+    if reuse_len > seq_len - 5:
+        raise UserError(f"--reuse-len ({reuse_len}) must be <= --seq-len - 5 ({seq_len - 5}): A and B need at "
+                        "least one token each besides <sep> <sep> <cls>")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Step 1: every input file -> its token chunk
 
 
 def _infer_lower_case(tokenizer):
@@ -110,11 +207,17 @@ def _infer_lower_case(tokenizer):
     return not any(p.decode("utf-8") != p.decode("utf-8").lower() for p in pieces[9:])
 
 
-def _load_tokenizer(spm_model, lower_case):
+def load_tokenizer(files, spm_model, lower_case=None):
+    """The records' tokenizer from a SentencePiece model file, checked for XLNet's special ids; `lower_case`
+    None: uncased iff no vocabulary piece has an upper-case letter."""
     from xlnet_tf.tokenization import XLNetTokenizer
 
+    if not files.exists(spm_model):
+        raise UserError(f"SentencePiece model not found: {spm_model}")
+    with files.open(spm_model, "rb") as f:
+        model_bytes = f.read()
     try:
-        tokenizer = XLNetTokenizer(spm_model, lower_case=bool(lower_case))
+        tokenizer = XLNetTokenizer.from_bytes(model_bytes, lower_case=bool(lower_case))
     except Exception as error:  # a corrupt model file
         raise UserError(f"cannot load the SentencePiece model {spm_model}: {error}") from error
     for piece, wanted in _SPECIAL.items():
@@ -125,25 +228,18 @@ def _load_tokenizer(spm_model, lower_case):
     if tokenizer.vocab_size >= 1 << 30:
         raise UserError(f"{spm_model}: vocabulary of {tokenizer.vocab_size} pieces is too large")
     if lower_case is None:
-        tokenizer = XLNetTokenizer(spm_model, lower_case=_infer_lower_case(tokenizer))
+        tokenizer = XLNetTokenizer.from_bytes(model_bytes, lower_case=_infer_lower_case(tokenizer))
     return tokenizer
 
 
-class _TokenFile:
-    """Appends (id, parity) pairs to the temporary token file as int32 `id << 1 | parity`."""
+def line_encoder(tokenizer):
+    """A traced `tokenizer.tokenize` for [N] strings (traced once, reused for every file)."""
+    return tf.function(tokenizer.tokenize, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
 
-    def __init__(self, path):
-        self.path = path
-        self.file = open(path, "wb")
-        self.count = 0
 
-    def write(self, ids, parity):
-        packed = (ids.astype(np.int64) << 1) | parity.astype(np.int64)
-        self.file.write(packed.astype("<i4").tobytes())
-        self.count += ids.size
-
-    def close(self):
-        self.file.close()
+def chunk_path(files, tokens_dir, index):
+    """Token chunk of input file `index`."""
+    return files.join(tokens_dir, f"{index:06d}.tokens")
 
 
 def _pieces(line, limit):
@@ -161,65 +257,59 @@ def _pieces(line, limit):
 
 
 class _Tokenizing:
-    """Reads the input files line by line and writes the token stream, counting what it saw.
+    """Reads one input file line by line and writes its token chunk (int32 `id << 1 | parity`), counting what
+    it saw. The parity starts as if the file were the first; `_Stream` aligns the files' parities.
 
     Pending entries are (text index or -1 for <eod>, whether it begins a sentence); a long line is several
     text entries of which only the first begins its sentence, and a flush may fall inside such a line.
     """
 
-    def __init__(self, tokenizer, token_file, skip_bad_lines, progress_bar):
-        self.encode = tf.function(tokenizer.tokenize, input_signature=[tf.TensorSpec([None], tf.string)],
-                                  autograph=False)
-        self.out = token_file
-        self.skip_bad_lines = skip_bad_lines
-        self.bar = progress_bar
+    def __init__(self, encode, out, skip_bad_lines, on_bytes):
+        self.encode, self.out, self.skip_bad_lines, self.on_bytes = encode, out, skip_bad_lines, on_bytes
         self.parity, self.open = 1, False  # parity of the last sentence; whether it has tokens yet
-        self.documents = self.lines = self.input_lines = self.skipped_lines = 0
+        self.first_parity = None
+        self.tokens = self.documents = self.lines = self.input_lines = self.skipped_lines = 0
         self.texts, self.entries, self.pending_bytes, self.read_bytes = [], [], 0, 0
 
-    def run(self, path):
-        """Tokenizes one file; returns how many text lines it gave."""
-        in_document, text_lines = False, 0
-        with open(path, "rb") as f:
-            for number, raw in enumerate(f, start=1):
-                self.input_lines += 1
-                self.read_bytes += len(raw)
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    if not self.skip_bad_lines:
-                        raise UserError(
-                            f"{path}:{number}: line is not valid UTF-8 ({error.reason} at byte {error.start}); "
-                            "fix the file or skip such lines with skip_bad_lines (--skip-bad-lines)") from None
-                    self.skipped_lines += 1
-                    continue
-                if number == 1:
-                    line = line.lstrip("\ufeff")
-                line = line.strip()
-                if not line:
-                    if in_document:
-                        self.entries.append((-1, True))  # <eod>, a sentence of its own
-                        self.documents += 1
-                        in_document = False
-                    continue
-                in_document = True
-                text_lines += 1
-                for i, piece in enumerate(_pieces(line, _PIECE_CHARS)):
-                    data = piece.encode("utf-8")
-                    self.texts.append(data)
-                    self.entries.append((len(self.texts) - 1, i == 0))
-                    self.pending_bytes += len(data)
-                    if len(self.texts) >= _BATCH_LINES or self.pending_bytes >= _BATCH_BYTES:
-                        self.flush()
+    def run(self, path, lines):
+        in_document = False
+        for number, raw in enumerate(lines, start=1):
+            self.input_lines += 1
+            self.read_bytes += len(raw)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                if not self.skip_bad_lines:
+                    raise UserError(
+                        f"{path}:{number}: line is not valid UTF-8 ({error.reason} at byte {error.start}); "
+                        "fix the file or skip such lines with skip_bad_lines (--skip-bad-lines)") from None
+                self.skipped_lines += 1
+                continue
+            if number == 1:
+                line = line.lstrip("\ufeff")
+            line = line.strip()
+            if not line:
+                if in_document:
+                    self.entries.append((-1, True))  # <eod>, a sentence of its own
+                    self.documents += 1
+                    in_document = False
+                continue
+            in_document = True
+            self.lines += 1
+            for i, piece in enumerate(_pieces(line, _PIECE_CHARS)):
+                data = piece.encode("utf-8")
+                self.texts.append(data)
+                self.entries.append((len(self.texts) - 1, i == 0))
+                self.pending_bytes += len(data)
+                if len(self.texts) >= _BATCH_LINES or self.pending_bytes >= _BATCH_BYTES:
+                    self.flush()
         if in_document:
             self.entries.append((-1, True))
             self.documents += 1
         self.flush()
-        self.lines += text_lines
-        return text_lines
 
     def flush(self):
-        """Tokenizes the pending texts and appends them, with the pending <eod>s, to the stream."""
+        """Tokenizes the pending texts and appends them, with the pending <eod>s, to the chunk."""
         if self.entries:
             values, lengths = np.zeros([0], np.int64), np.zeros([0], np.int64)
             if self.texts:
@@ -238,23 +328,96 @@ class _Tokenizing:
             ids = np.full(int(sizes.sum()), EOD_ID, np.int64)
             is_eod = np.array([text < 0 for text, _ in self.entries])
             ids[~np.repeat(is_eod, sizes)] = values
-            self.out.write(ids, np.repeat(parity, sizes))
-        self.bar.update(self.read_bytes)
+            parity = np.repeat(parity, sizes)
+            if ids.size:
+                self.first_parity = int(parity[0]) if self.first_parity is None else self.first_parity
+                self.out.write(((ids << 1) | parity).astype("<i4").tobytes())
+                self.tokens += ids.size
+        if self.on_bytes is not None:
+            self.on_bytes(self.read_bytes)
         self.texts, self.entries, self.pending_bytes, self.read_bytes = [], [], 0, 0
 
 
-class _Stream:
-    """Random access to the token stream on disk, forward or reversed: `read(lo, hi)` -> (ids, parity)
-    of positions [lo, hi) in this direction, as int64 / int8 arrays."""
+def tokenize_file(files, encode, path, chunk, skip_bad_lines=False, on_bytes=None) -> dict:
+    """Tokenizes input file `path` into the token chunk `chunk` (written atomically).
 
-    def __init__(self, path, size, reverse):
-        self.file = open(path, "rb")
-        self.size, self.reverse = size, reverse
+    Args:
+      files: `TensorFlowFiles` or the pipelines' Beam files.
+      encode: `line_encoder(tokenizer)`.
+      skip_bad_lines: skip (and count) lines that are not UTF-8 instead of raising UserError naming the line.
+      on_bytes: called with the number of input bytes read since its last call (progress).
+    Returns:
+      {path, chunk, tokens, documents, lines, input_lines, skipped_lines, first_parity, last_parity}.
+    """
+    def write(temporary):
+        with files.open(path, "rb") as lines, files.open(temporary, "wb") as out:
+            reader.out = out
+            reader.run(path, lines)
+
+    reader = _Tokenizing(encode, None, skip_bad_lines, on_bytes)
+    write_atomically(files, chunk, write)
+    if reader.lines == 0:
+        files.remove(chunk)
+        if reader.skipped_lines:
+            raise UserError(f"input file has no usable text (all {reader.skipped_lines} non-empty lines were "
+                            f"skipped as invalid UTF-8): {path}")
+        raise UserError(f"input file is empty (no text): {path}")
+    return {"path": path, "chunk": chunk, "tokens": reader.tokens, "documents": reader.documents,
+            "lines": reader.lines, "input_lines": reader.input_lines, "skipped_lines": reader.skipped_lines,
+            "first_parity": reader.first_parity, "last_parity": reader.parity}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Step 2: the chunks, in input order, as one token stream -> records -> shards
+
+
+class _Stream:
+    """Random access to the token stream (the chunks one after another), forward or reversed: `read(lo, hi)`
+    -> (ids, parity) of positions [lo, hi) in this direction, as int64 / int8 arrays.
+
+    Each chunk's parity is flipped where needed so that it changes where a file starts (a file's first token
+    begins a sentence, its last is <eod>): the stream's sentence boundaries are those of one reader over all
+    files."""
+
+    _OPEN_FILES = 16
+
+    def __init__(self, files, chunks, reverse):
+        self.files, self.paths, self.reverse = files, [c["chunk"] for c in chunks], reverse
+        sizes = np.array([c["tokens"] for c in chunks], np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(sizes)])
+        self.size = int(self.starts[-1])
+        self.flips, last = [], None
+        for c in chunks:
+            flip = 0 if last is None else c["first_parity"] ^ (1 - last)
+            self.flips.append(flip)
+            last = c["last_parity"] ^ flip
+        self.handles = {}  # chunk index -> open file, oldest first
+
+    def _handle(self, index):
+        handle = self.handles.pop(index, None)
+        if handle is None:
+            if len(self.handles) >= self._OPEN_FILES:
+                self.handles.pop(next(iter(self.handles))).close()
+            handle = self.files.open(self.paths[index], "rb")
+        self.handles[index] = handle
+        return handle
+
+    def _forward(self, lo, hi):
+        pieces = []
+        first = int(np.searchsorted(self.starts, lo, side="right")) - 1
+        index = first
+        while lo < hi:
+            begin, end = self.starts[index], self.starts[index + 1]
+            stop = min(hi, end)
+            handle = self._handle(index)
+            handle.seek(4 * int(lo - begin))
+            packed = np.frombuffer(handle.read(4 * int(stop - lo)), "<i4").astype(np.int64)
+            pieces.append(packed ^ self.flips[index])
+            lo, index = stop, index + 1
+        return np.concatenate(pieces) if pieces else np.zeros([0], np.int64)
 
     def read(self, lo, hi):
-        start, stop = (self.size - hi, self.size - lo) if self.reverse else (lo, hi)
-        self.file.seek(4 * start)
-        packed = np.frombuffer(self.file.read(4 * (stop - start)), "<i4").astype(np.int64)
+        packed = self._forward(self.size - hi, self.size - lo) if self.reverse else self._forward(lo, hi)
         if self.reverse:
             packed = packed[::-1]
         return packed >> 1, (packed & 1).astype(np.int8)
@@ -271,7 +434,9 @@ class _Stream:
         return 0
 
     def close(self):
-        self.file.close()
+        for handle in self.handles.values():
+            handle.close()
+        self.handles = {}
 
 
 def _pair(stream, begin, total, rng):
@@ -308,6 +473,12 @@ def _pair(stream, begin, total, rng):
     return ids[:a_len], b_ids[:b_len], 0
 
 
+def _record_rng(seed, backward, index):
+    """The random choices of one record: a generator of (seed, direction, record), so that any worker can
+    write any record and get the same one."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, int(backward), index])))
+
+
 def _record(stream, index, seq_len, reuse_len, rng):
     """(input_ids [seq_len], segment_ids [seq_len], is_next) of record `index` of `stream`."""
     start = index * reuse_len
@@ -329,42 +500,83 @@ def _example(ids, segments, is_next):
     })).SerializeToString()
 
 
-def _write_direction(token_path, num_tokens, output_dir, num_records, num_shards, seq_len, reuse_len, seed,
-                     backward, bar):
-    """Writes the records of one direction into its shards; returns [{file, num_records}] and is_next count."""
-    stream = _Stream(token_path, num_tokens, reverse=backward)
-    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, int(backward)])))
-    shards, positives = [], 0
-    try:
-        for shard in range(num_shards):
-            lo, hi = shard * num_records // num_shards, (shard + 1) * num_records // num_shards
-            name = shard_name(shard, num_shards, backward)
-            final = os.path.join(output_dir, name)
-            temporary = final + ".tmp"
-            try:
-                with tf.io.TFRecordWriter(temporary) as writer:
-                    for index in range(lo, hi):
-                        ids, segments, is_next = _record(stream, index, seq_len, reuse_len, rng)
-                        positives += is_next
-                        writer.write(_example(ids, segments, is_next))
-                        bar.update(1)
-            except BaseException:
-                if os.path.exists(temporary):
-                    os.remove(temporary)
-                raise
-            os.replace(temporary, final)
-            shards.append({"file": name, "num_records": hi - lo})
-    finally:
-        stream.close()
-    return shards, positives
+def count_records(chunks, seq_len, reuse_len, num_shards):
+    """Records of the stream of `chunks` (i + seq_len <= tokens for each start i = k * reuse_len); UserError
+    when there is none or fewer than shards."""
+    num_tokens = sum(c["tokens"] for c in chunks)
+    num_records = (num_tokens - seq_len) // reuse_len + 1 if num_tokens >= seq_len else 0
+    if num_records < 1:
+        raise UserError(f"the corpus is too short: {num_tokens} tokens, but one record needs --seq-len {seq_len} "
+                        f"tokens ({', '.join(c['path'] for c in chunks)})")
+    if num_shards > num_records:
+        raise UserError(f"--num-shards {num_shards} is more than the {num_records} records")
+    return num_records
 
 
-def _write_json(path, value):
-    temporary = path + ".tmp"
-    with open(temporary, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(temporary, path)
+def write_shard(files, stream, output_dir, shard, num_shards, num_records, seq_len, reuse_len, seed, backward,
+                on_record=None) -> dict:
+    """Writes shard `shard` of one direction: records [shard * n // N, (shard + 1) * n // N) of `stream`
+    (reversed for `backward`), atomically. Returns {file, num_records, is_next} (is_next: positive records)."""
+    lo, hi = shard * num_records // num_shards, (shard + 1) * num_records // num_shards
+    name = shard_name(shard, num_shards, backward)
+    positives = 0
+
+    def records():
+        nonlocal positives
+        for index in range(lo, hi):
+            ids, segments, is_next = _record(stream, index, seq_len, reuse_len, _record_rng(seed, backward, index))
+            positives += is_next
+            yield _example(ids, segments, is_next)
+            if on_record is not None:
+                on_record()
+
+    write_atomically(files, files.join(output_dir, name), lambda temporary: files.write_records(temporary,
+                                                                                                 records()))
+    return {"file": name, "num_records": hi - lo, "is_next": positives}
+
+
+def build_metadata(chunks, shards, bwd_shards, *, seq_len, reuse_len, num_shards, seed, bi_data, tokenizer_info):
+    """metadata.json's content from the chunks' counts and the shards' results (each direction's shards in
+    order); `tokenizer_info` = {vocab_size, spm_model, lower_case}."""
+    num_tokens = sum(c["tokens"] for c in chunks)
+    num_records = sum(s["num_records"] for s in shards)
+    return dict(
+        tokenizer_info,
+        format_version=FORMAT_VERSION, seq_len=seq_len, reuse_len=reuse_len, bi_data=bool(bi_data),
+        num_records=num_records, num_shards=num_shards,
+        shards=[{"file": s["file"], "num_records": s["num_records"]} for s in shards],
+        bwd_shards=[{"file": s["file"], "num_records": s["num_records"]} for s in bwd_shards],
+        is_next_records=sum(s["is_next"] for s in shards),
+        documents=sum(c["documents"] for c in chunks), lines=sum(c["lines"] for c in chunks),
+        input_lines=sum(c["input_lines"] for c in chunks), skipped_lines=sum(c["skipped_lines"] for c in chunks),
+        tokens=num_tokens, unused_tail_tokens=num_tokens - ((num_records - 1) * reuse_len + seq_len),
+        seed=seed, input_files=[c["path"] for c in chunks],
+    )
+
+
+def summary_line(metadata, output_dir):
+    """The one-line report of a finished `create-pretraining-data`."""
+    n = metadata["num_records"]
+    kinds = "forward + backward records each" if metadata["bi_data"] else "records"
+    return (f"create-pretraining-data: {metadata['documents']} documents, {metadata['lines']} lines, "
+            f"{metadata['tokens']} tokens -> {n} {kinds}, is_next {metadata['is_next_records']}/{n}, in "
+            f"{metadata['num_shards']} shard(s) under {output_dir}; {metadata['skipped_lines']} bad lines skipped; "
+            f"{metadata['unused_tail_tokens']} tail tokens unused")
+
+
+def tokens_dir(files, output_dir):
+    """The temporary folder of the token chunks (removed when the records are written)."""
+    return files.join(output_dir, _TOKENS_DIR)
+
+
+def prepare_output_dir(files, output_dir):
+    """Creates `output_dir` and removes a stale metadata.json (none may describe a half-written directory)."""
+    files.makedirs(output_dir)
+    metadata_path = files.join(output_dir, METADATA_FILE)
+    if files.exists(metadata_path):
+        files.remove(metadata_path)
+    files.remove_tree(tokens_dir(files, output_dir))
+    files.makedirs(tokens_dir(files, output_dir))
 
 
 def _check_int(name, value, low):
@@ -372,12 +584,18 @@ def _check_int(name, value, low):
         raise UserError(f"--{name.replace('_', '-')} must be an integer >= {low}, got {value!r}")
 
 
+def _absolute(path):
+    return path if _has_scheme(path) else os.path.abspath(path)
+
+
 def create_pretraining_data(input_files, spm_model, output_dir, seq_len=512, reuse_len=256, num_shards=1, seed=0,
                             bi_data=False, lower_case=None, skip_bad_lines=False, progress=True) -> dict:
-    """Tokenizes text files and writes XLNet pretraining records (see the module docstring for the layout).
+    """Tokenizes text files and writes XLNet pretraining records in this process (see the module docstring;
+    `xlnet_tf.pipelines.pretraining_data` runs the same steps as a Beam pipeline).
 
     Args:
-      input_files: a path or paths: UTF-8 text, one sentence per line, blank lines between documents.
+      input_files: paths or globs (any filesystem TensorFlow reads): UTF-8 text, one sentence per line, blank
+        lines between documents.
       spm_model: SentencePiece model with XLNet's special ids (`xlnet-tf train-spm`).
       output_dir: created if needed; gets the shards and metadata.json.
       seq_len, reuse_len: record length and reuse prefix (1 <= reuse_len <= seq_len - 5).
@@ -395,82 +613,45 @@ def create_pretraining_data(input_files, spm_model, output_dir, seq_len=512, reu
     """
     from tqdm.auto import tqdm
 
-    for name, value, low in (("seq_len", seq_len, 6), ("reuse_len", reuse_len, 1), ("num_shards", num_shards, 1),
-                             ("seed", seed, 0)):
-        _check_int(name, value, low)
-    if reuse_len > seq_len - 5:
-        raise UserError(f"--reuse-len ({reuse_len}) must be <= --seq-len - 5 ({seq_len - 5}): A and B need at "
-                        "least one token each besides <sep> <sep> <cls>")
-    paths = _as_paths(input_files)
-    spm_model = os.path.abspath(os.fspath(spm_model))
-    _check_inputs(paths, spm_model)
-    tokenizer = _load_tokenizer(spm_model, lower_case)
+    check_settings(seq_len, reuse_len, num_shards, seed)
+    files = TensorFlowFiles()
+    paths = [_absolute(p) for p in expand_inputs(files, input_files)]
+    spm_model = _absolute(os.fspath(spm_model))
+    tokenizer = load_tokenizer(files, spm_model, lower_case)
     output_dir = os.fspath(output_dir)
-    os.makedirs(output_dir, exist_ok=True)
-    metadata_path = os.path.join(output_dir, METADATA_FILE)
-    if os.path.exists(metadata_path):
-        os.remove(metadata_path)  # no stale metadata may describe a half-written directory
-    token_path = os.path.join(output_dir, _TOKENS_FILE)
-
+    prepare_output_dir(files, output_dir)
+    chunks_dir = tokens_dir(files, output_dir)
     try:
-        token_file = _TokenFile(token_path)
-        total_bytes = sum(os.path.getsize(p) for p in paths)
-        with tqdm(total=total_bytes, unit="B", unit_scale=True, desc="tokenizing", disable=not progress) as bar:
-            reader = _Tokenizing(tokenizer, token_file, skip_bad_lines, bar)
-            try:
-                for path in paths:
-                    if reader.run(path) == 0:
-                        raise UserError(f"input file has no usable text (all {reader.skipped_lines} non-empty "
-                                        f"lines were skipped as invalid UTF-8): {path}")
-            finally:
-                token_file.close()
-        num_tokens = token_file.count
-        num_records = (num_tokens - seq_len) // reuse_len + 1 if num_tokens >= seq_len else 0
-        if num_records < 1:
-            raise UserError(f"the corpus is too short: {num_tokens} tokens, but one record needs --seq-len "
-                            f"{seq_len} tokens ({', '.join(paths)})")
-        if num_shards > num_records:
-            raise UserError(f"--num-shards {num_shards} is more than the {num_records} records")
-
+        encode = line_encoder(tokenizer)
+        chunks = []
+        with tqdm(total=sum(files.size(p) for p in paths), unit="B", unit_scale=True, desc="tokenizing",
+                  disable=not progress) as bar:
+            for index, path in enumerate(paths):
+                chunks.append(tokenize_file(files, encode, path, chunk_path(files, chunks_dir, index),
+                                            skip_bad_lines, bar.update))
+        num_records = count_records(chunks, seq_len, reuse_len, num_shards)
         directions = (False, True) if bi_data else (False,)
-        outputs = {}
+        written = {False: [], True: []}
         with tqdm(total=num_records * len(directions), unit="rec", desc="writing records",
                   disable=not progress) as bar:
             for backward in directions:
-                outputs[backward] = _write_direction(token_path, num_tokens, output_dir, num_records, num_shards,
-                                                     seq_len, reuse_len, seed, backward, bar)
+                stream = _Stream(files, chunks, reverse=backward)
+                try:
+                    for shard in range(num_shards):
+                        written[backward].append(write_shard(
+                            files, stream, output_dir, shard, num_shards, num_records, seq_len, reuse_len, seed,
+                            backward, on_record=lambda: bar.update(1)))
+                finally:
+                    stream.close()
     finally:
-        if os.path.exists(token_path):
-            os.remove(token_path)
+        files.remove_tree(chunks_dir)
 
-    metadata = {
-        "format_version": FORMAT_VERSION,
-        "seq_len": seq_len,
-        "reuse_len": reuse_len,
-        "bi_data": bool(bi_data),
-        "vocab_size": tokenizer.vocab_size,
-        "spm_model": spm_model,
-        "lower_case": tokenizer.lower_case,
-        "num_records": num_records,
-        "num_shards": num_shards,
-        "shards": outputs[False][0],
-        "bwd_shards": outputs[True][0] if bi_data else [],
-        "is_next_records": outputs[False][1],
-        "documents": reader.documents,
-        "lines": reader.lines,
-        "input_lines": reader.input_lines,
-        "skipped_lines": reader.skipped_lines,
-        "tokens": num_tokens,
-        "unused_tail_tokens": num_tokens - ((num_records - 1) * reuse_len + seq_len),
-        "seed": seed,
-        "input_files": [os.path.abspath(p) for p in paths],
-    }
-    _write_json(metadata_path, metadata)
-    kinds = "forward + backward records each" if bi_data else "records"
-    print(f"create-pretraining-data: {reader.documents} documents, {reader.lines} lines, {num_tokens} tokens "
-          f"-> {num_records} {kinds}, is_next {metadata['is_next_records']}/{num_records}, in {num_shards} "
-          f"shard(s) under {output_dir}; {reader.skipped_lines} bad lines skipped; "
-          f"{metadata['unused_tail_tokens']} tail tokens unused")
+    metadata = build_metadata(
+        chunks, written[False], written[True], seq_len=seq_len, reuse_len=reuse_len, num_shards=num_shards,
+        seed=seed, bi_data=bi_data,
+        tokenizer_info={"vocab_size": tokenizer.vocab_size, "spm_model": spm_model, "lower_case": tokenizer.lower_case})
+    write_json(files, files.join(output_dir, METADATA_FILE), metadata)
+    print(summary_line(metadata, output_dir))
     return dict(metadata, output_dir=output_dir)
 
 
