@@ -1,0 +1,154 @@
+"""`create-pretraining-data --runner DirectRunner`: the Beam pipeline writes the single-process command's
+records byte for byte, whatever the number of workers; counts and names bad lines; `pretrain` reads its output.
+
+The corpus is CPython's documentation (as in test_pretraining_data), cut into three files read through a glob,
+with one line that is not UTF-8. The pipelines run with `direct_running_mode=multi_processing` (workers are
+separate processes). Files are local paths: a gs:// bucket cannot be reached here, so the filesystem layer
+(`BeamFiles`, Beam's FileSystems) is tested on the local filesystem.
+"""
+
+import json
+import os
+import re
+from collections import Counter
+
+import pytest
+import tensorflow as tf
+
+from test_pretraining_data import corpus_lines
+from xlnet_tf.cli import main
+from xlnet_tf.data.pretraining import create_pretraining_data, load_metadata
+from xlnet_tf.errors import UserError
+from xlnet_tf.pipelines.common import BeamFiles, pipeline_options
+from xlnet_tf.pipelines.pretraining_data import create_pretraining_data_beam
+
+SEQ, REUSE, SHARDS, SEED = 64, 32, 3, 7
+BAD_LINE = 40  # line number of the undecodable line in part-1.txt
+SETTINGS = dict(seq_len=SEQ, reuse_len=REUSE, num_shards=SHARDS, seed=SEED, bi_data=True)
+
+
+def direct(workers):
+    return ["--runner", "DirectRunner", f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp("beam-data")
+
+
+@pytest.fixture(scope="module")
+def corpus(work):
+    """(glob of three files, the undecodable file, the spm model)."""
+    from xlnet_tf.tokenization import train_spm
+
+    lines = corpus_lines()
+    lines = lines[:len(lines) // 2]
+    folder = work / "text"
+    folder.mkdir()
+    n = len(lines)
+    parts = [lines[i * n // 3:(i + 1) * n // 3] for i in range(3)]  # cut inside documents too
+    for i, part in enumerate(parts):
+        data = ("\n".join(part) + "\n").encode("utf-8").split(b"\n")
+        if i == 1:
+            data.insert(BAD_LINE - 1, b"an undecodable \xff\xfe line")
+        (folder / f"part-{i}.txt").write_bytes(b"\n".join(data))
+    (work / "all.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    spm = train_spm([str(work / "all.txt")], str(work / "spm"), 1000, num_threads=2, minloglevel=2)
+    return str(folder / "part-*.txt"), str(folder / "part-1.txt"), spm
+
+
+@pytest.fixture(scope="module")
+def single(work, corpus):
+    pattern, _, spm = corpus
+    return create_pretraining_data([pattern], spm, work / "single", skip_bad_lines=True, progress=False, **SETTINGS)
+
+
+def shard_files(data_dir):
+    metadata = load_metadata(data_dir)
+    names = [s["file"] for s in metadata["shards"] + metadata["bwd_shards"]]
+    return {name: open(os.path.join(data_dir, name), "rb").read() for name in names}
+
+
+def records(data_dir):
+    """Every serialized record of the directory (both directions), as a multiset."""
+    paths = sorted(os.path.join(data_dir, name) for name in shard_files(data_dir))
+    return Counter(r.numpy() for r in tf.data.TFRecordDataset(paths))
+
+
+def test_beam_writes_the_single_process_records(work, corpus, single):
+    pattern, _, spm = corpus
+    expected_files, expected_records = shard_files(single["output_dir"]), records(single["output_dir"])
+    expected_metadata = load_metadata(single["output_dir"])
+    assert expected_metadata["skipped_lines"] == 1 and len(expected_metadata["input_files"]) == 3
+
+    two = create_pretraining_data_beam([pattern], spm, str(work / "beam-2"), pipeline_options("DirectRunner", direct(
+        2)[2:]), skip_bad_lines=True, **SETTINGS)
+    counters = two["counters"]
+    wanted = {"documents": single["documents"], "tokens": single["tokens"], "bad_utf8_lines_skipped": 1,
+              "records": 2 * single["num_records"]}
+    print(f"\n[beam data] Beam counters {counters} (expected {wanted})")
+    assert counters == wanted
+
+    assert main(["create-pretraining-data", "--input", pattern, "--spm-model", spm, "--output-dir",
+                 str(work / "beam-3"), "--seq-len", str(SEQ), "--reuse-len", str(REUSE), "--num-shards", str(SHARDS),
+                 "--seed", str(SEED), "--bi-data", "--skip-bad-lines", *direct(3)]) == 0
+    for name, directory in (("2 workers", work / "beam-2"), ("3 workers (CLI)", work / "beam-3")):
+        got_files = shard_files(directory)
+        same = sum(got_files.get(f) == data for f, data in expected_files.items())
+        got_records = records(directory)
+        print(f"[beam data] {name}: {same} of {len(expected_files)} shard files byte-identical to the single-process "
+              f"ones (bound: all); records as a multiset: {sum(got_records.values())} == "
+              f"{sum(expected_records.values())}, equal: {got_records == expected_records}")
+        assert same == len(expected_files) and set(got_files) == set(expected_files)
+        assert got_records == expected_records
+        assert load_metadata(directory) == expected_metadata
+        assert set(os.listdir(directory)) - {"xlnet-tf.log"} == set(expected_files) | {"metadata.json"}
+    print(f"[beam data] metadata.json equal to the single-process one ({expected_metadata['num_records']} records per "
+          f"direction, is_next {expected_metadata['is_next_records']}); token chunks removed")
+
+
+def test_bad_line_is_named_without_skip(work, corpus):
+    pattern, bad_file, spm = corpus
+    with pytest.raises(UserError, match=re.escape(f"{bad_file}:{BAD_LINE}: line is not valid UTF-8")) as error:
+        create_pretraining_data_beam([pattern], spm, str(work / "beam-bad"), pipeline_options("DirectRunner", direct(
+            2)[2:]), **SETTINGS)
+    print(f"\n[beam data] without --skip-bad-lines: {error.value}")
+    assert not os.path.exists(work / "beam-bad" / ".tokens") and not os.path.exists(work / "beam-bad" / "metadata.json")
+
+
+def test_pretrain_first_step_loss_is_the_same(work, single):
+    losses = {}
+    for name, data_dir in (("single", single["output_dir"]), ("beam", str(work / "beam-2"))):
+        model_dir = work / f"pretrain-{name}"
+        assert main(["pretrain", "--data-dir", data_dir, "--model-dir", str(model_dir), "--model-size", "tiny",
+                     "--train-steps", "1", "--batch-size", "4", "--num-predict", "8", "--steps-per-loop", "1",
+                     "--seed", "3"]) == 0
+        with open(model_dir / "train_log.jsonl") as f:
+            losses[name] = json.loads(f.readline())["loss"]
+    print(f"\n[beam data] first-step pretraining loss on Beam records {losses['beam']!r} == on single-process records "
+          f"{losses['single']!r} (bound: equal)")
+    assert losses["beam"] == losses["single"]
+
+
+def test_beam_files_on_the_local_filesystem(tmp_path):
+    """BeamFiles, the layer every pipeline read and write goes through, on local paths."""
+    files = BeamFiles()
+    folder = files.join(str(tmp_path), "a", "b")
+    files.makedirs(folder)
+    files.makedirs(folder)  # exists already: no error
+    path = files.join(folder, "x.bin")
+    with files.open(path, "wb") as f:
+        f.write(b"0123456789")
+    with files.open(path, "rb") as f:
+        f.seek(3)
+        middle = f.read(4)
+    files.rename(path, files.join(folder, "y.bin"))
+    files.write_records(files.join(folder, "r.tfrecord"), [b"one", b"two"])
+    read_back = [r.numpy() for r in tf.data.TFRecordDataset(files.join(folder, "r.tfrecord"))]
+    listed = [os.path.basename(p) for p in files.glob(files.join(folder, "*"))]
+    print(f"\n[beam files] seek+read {middle!r}, size {files.size(files.join(folder, 'y.bin'))}, glob {listed}, "
+          f"TFRecords read back by TensorFlow {read_back}")
+    assert middle == b"3456" and files.size(files.join(folder, "y.bin")) == 10
+    assert listed == ["r.tfrecord", "y.bin"] and read_back == [b"one", b"two"]
+    files.remove_tree(files.join(str(tmp_path), "a"))
+    assert not os.path.exists(tmp_path / "a")
