@@ -497,7 +497,7 @@ def _example(ids, segments, is_next):
         "input_ids": feature(ids.tolist()),
         "segment_ids": feature(segments.tolist()),
         "is_next": feature([is_next]),
-    })).SerializeToString()
+    })).SerializeToString(deterministic=True)  # map keys sorted: the same bytes in every process
 
 
 def count_records(chunks, seq_len, reuse_len, num_shards):
