@@ -152,3 +152,48 @@ def test_beam_files_on_the_local_filesystem(tmp_path):
     assert listed == ["r.tfrecord", "y.bin"] and read_back == [b"one", b"two"]
     files.remove_tree(files.join(str(tmp_path), "a"))
     assert not os.path.exists(tmp_path / "a")
+
+
+def test_only_the_pipelines_import_beam():
+    """The default install never needs Beam: outside xlnet_tf/pipelines no module imports apache_beam, and
+    xlnet_tf.pipelines is imported only inside the CLI functions that run a pipeline."""
+    import ast
+
+    import xlnet_tf
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(xlnet_tf.__file__)))
+    offenders, checked = [], 0
+    for folder in ("xlnet_tf", "export", "serving", "benchmarks"):
+        for directory, _, names in os.walk(os.path.join(root, folder)):
+            if os.path.basename(directory) == "pipelines":
+                continue
+            for name in (n for n in names if n.endswith(".py")):
+                path = os.path.join(directory, name)
+                tree = ast.parse(open(path, encoding="utf-8").read())
+                checked += 1
+                for node in ast.walk(tree):
+                    modules = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                        [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                    for module in modules:
+                        at_top = node in tree.body
+                        if module.startswith("apache_beam") or (module.startswith("xlnet_tf.pipelines") and at_top):
+                            offenders.append(f"{os.path.relpath(path, root)}:{node.lineno}: {module}")
+    print(f"\n[beam extra] {checked} modules outside xlnet_tf/pipelines checked; Beam imports found: {offenders} "
+          "(bound: none)")
+    assert checked > 50 and not offenders
+
+
+def test_beam_resolves_with_tensorflow_and_serving():
+    """The pinned Beam release installs beside TensorFlow, TF Text, tensorflow-serving-api and protobuf: every
+    requirement of every installed distribution is met (pip check)."""
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    names = ("apache-beam", "tensorflow", "tensorflow-text", "tensorflow-serving-api", "protobuf", "grpcio")
+    versions = {name: version(name) for name in names}
+    check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    print(f"\n[beam extra] installed together: {versions}; pip check: {check.stdout.strip()} (rc {check.returncode}, "
+          "bound 0)")
+    assert versions["apache-beam"].startswith("2.77.") and versions["tensorflow"].startswith("2.21.")
+    assert check.returncode == 0, check.stdout + check.stderr

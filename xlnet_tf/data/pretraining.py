@@ -666,12 +666,12 @@ def load_metadata(data_dir) -> dict:
     """metadata.json of a `create_pretraining_data` directory; UserError naming the file when it is missing,
     unreadable, of another format version or lacks fields."""
     path = os.path.join(os.fspath(data_dir), METADATA_FILE)
-    if not os.path.isfile(path):
+    if not tf.io.gfile.exists(path):  # local or gs:// (any filesystem TensorFlow reads)
         raise UserError(f"no pretraining data here: {path} not found (write it with create-pretraining-data)")
     try:
-        with open(path, encoding="utf-8") as f:
-            metadata = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            metadata = json.loads(f.read().decode("utf-8"))
+    except (OSError, tf.errors.OpError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UserError(f"{path} is not valid JSON: {error}") from None
     if not isinstance(metadata, dict):
         raise UserError(f"{path}: expected a JSON object")
@@ -695,9 +695,10 @@ def _default_word_start(metadata):
     import sentencepiece as spm
 
     model = metadata["spm_model"]
-    if not os.path.isfile(model):
+    if not tf.io.gfile.exists(model):
         raise UserError(f"SentencePiece model of the data not found: {model} (pass word_start explicitly)")
-    processor = spm.SentencePieceProcessor(model_file=model)
+    with tf.io.gfile.GFile(model, "rb") as f:
+        processor = spm.SentencePieceProcessor(model_proto=f.read())
     return sampling.word_start_from_pieces([processor.id_to_piece(i) for i in range(processor.get_piece_size())])
 
 
@@ -708,7 +709,7 @@ def _record_range(data_dir, shards, lo, hi):
         end = position + shard["num_records"]
         if end > lo and position < hi:
             path = os.path.join(data_dir, shard["file"])
-            if not os.path.isfile(path):
+            if not tf.io.gfile.exists(path):
                 raise UserError(f"pretraining shard not found: {path} (listed in {METADATA_FILE})")
             files.append(path)
             first = position if first is None else first

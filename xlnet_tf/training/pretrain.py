@@ -6,7 +6,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 
 from xlnet_tf.config import MODEL_SIZES, RunOptions, XLNetConfig
 from xlnet_tf.errors import UserError
@@ -57,6 +56,8 @@ def run_pretraining(setup: PretrainingSetup, options, strategy):
     """Trains and returns the logged records. The model directory becomes a pretrained directory
     (`xlnet_config.json`, `spiece.model`, checkpoints/) that `XLNetPretrainer.from_pretrained` and
     `xlnet-tf finetune --init-checkpoint` read."""
+    import tensorflow as tf
+
     from xlnet_tf.data import pretraining
     from xlnet_tf.data.sampling import SamplingOptions
     from xlnet_tf.model import CONFIG_FILE, SPM_FILE, XLNetPretrainer
@@ -73,11 +74,11 @@ def run_pretraining(setup: PretrainingSetup, options, strategy):
         raise UserError(f"{config_path} holds a different architecture than this run asks for")
     setup.config.to_json(config_path)
     spm = metadata.get("spm_model")
-    if spm and os.path.exists(spm) and not os.path.exists(os.path.join(setup.model_dir, SPM_FILE)):
-        shutil.copy2(spm, os.path.join(setup.model_dir, SPM_FILE))
+    if spm and tf.io.gfile.exists(spm) and not os.path.exists(os.path.join(setup.model_dir, SPM_FILE)):
+        tf.io.gfile.copy(spm, os.path.join(setup.model_dir, SPM_FILE))  # the data's model may be on gs://
     with open(os.path.join(setup.model_dir, RUN_FILE), "w", encoding="utf-8") as f:
         json.dump({"run_options": setup.run_options.to_dict(), "training": options.to_dict(),
-                   "sampling": dataclasses.asdict(sampling), "data_dir": os.path.abspath(setup.data_dir),
+                   "sampling": dataclasses.asdict(sampling), "data_dir": setup.data_dir if "://" in setup.data_dir else os.path.abspath(setup.data_dir),
                    "mixed_precision": setup.mixed_precision}, f, indent=2)
 
     dtype = precision_policy(setup.mixed_precision, strategy)
