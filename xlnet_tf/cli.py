@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import sys
@@ -183,10 +184,35 @@ def _evaluate(args):
 
 
 def _predict(args):
-    from xlnet_tf.training.finetune import predict
+    if args.model_dir:
+        for flag, value in (("--runner", args.runner), ("--input-format", args.input_format)):
+            if value:
+                raise UserError(f"{flag} goes with --export-dir (a Beam pipeline over an exported SavedModel), not "
+                                f"with --model-dir (predicts one file in this process)")
+        from xlnet_tf.training.finetune import predict
 
-    count = predict(args.model_dir, args.input, args.output, args.batch_size)
-    print(f"wrote {count} predictions to {args.output}")
+        count = predict(args.model_dir, args.input, args.output, args.batch_size)
+        print(f"wrote {count} predictions to {args.output}")
+        return
+    with _beam_console(args):
+        from xlnet_tf.pipelines.common import pipeline_options
+        from xlnet_tf.pipelines.predict import predict_beam
+
+        predict_beam(args.export_dir, args.input, args.output, pipeline_options(args.runner or "DirectRunner",
+                                                                                args.beam_args),
+                     batch_size=args.batch_size, input_format=args.input_format)
+
+
+@contextlib.contextmanager
+def _beam_console(args):
+    """Where a Beam pipeline runs: Beam installed (or a UserError saying how), and, unless --verbose, Beam's
+    import warnings and the runner's worker processes (which write to this process's stderr) in the log file."""
+    from xlnet_tf.console import native_output_to
+    from xlnet_tf.pipelines.common import require_beam
+
+    with native_output_to(None if args.verbose else _log_file(args)):
+        require_beam()
+        yield
 
 
 def _add_training_flags(parser, steps_required=True):
@@ -217,13 +243,20 @@ def _add_training_flags(parser, steps_required=True):
 
 
 def _create_pretraining_data(args):
+    settings = dict(seq_len=args.seq_len, reuse_len=args.reuse_len, num_shards=args.num_shards, seed=args.seed,
+                    bi_data=args.bi_data, lower_case=True if args.lower_case else None,
+                    skip_bad_lines=args.skip_bad_lines)
+    if args.runner:
+        with _beam_console(args):
+            from xlnet_tf.pipelines.common import pipeline_options
+            from xlnet_tf.pipelines.pretraining_data import create_pretraining_data_beam
+
+            create_pretraining_data_beam(args.input, args.spm_model, args.output_dir,
+                                         pipeline_options(args.runner, args.beam_args), **settings)
+        return
     from xlnet_tf.data.pretraining import create_pretraining_data
 
-    create_pretraining_data(
-        args.input, args.spm_model, args.output_dir, seq_len=args.seq_len, reuse_len=args.reuse_len,
-        num_shards=args.num_shards, seed=args.seed, bi_data=args.bi_data,
-        lower_case=True if args.lower_case else None, skip_bad_lines=args.skip_bad_lines,
-    )
+    create_pretraining_data(args.input, args.spm_model, args.output_dir, **settings)
 
 
 def _demo(args):
@@ -244,6 +277,14 @@ def _export(args):
     print(export_model(args.model_dir, args.export_base, args.version, args.max_seq_len, args.reusable))
 
 
+def _add_runner_flag(parser, what):
+    parser.add_argument("--runner", metavar="RUNNER",
+                        help=f"run as an Apache Beam pipeline ({what}) on this runner: DirectRunner (this machine), "
+                             "DataflowRunner, FlinkRunner, SparkRunner, ...; Beam's own pipeline options (--project, "
+                             "--temp_location, --direct_num_workers, ...) follow on the command line; needs "
+                             "pip install 'xlnet-tf[beam]'")
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="xlnet-tf", description="XLNet on Keras 3 / TensorFlow 2.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -256,8 +297,9 @@ def build_parser():
     spm.set_defaults(run=_train_spm)
 
     data = commands.add_parser("create-pretraining-data", help="plain text -> sharded pretraining TFRecords")
-    data.add_argument("--input", nargs="+", required=True, metavar="FILE",
-                      help="UTF-8 text, one sentence (or paragraph) per line, blank lines between documents")
+    data.add_argument("--input", nargs="+", required=True, metavar="FILE_OR_GLOB",
+                      help="UTF-8 text, one sentence (or paragraph) per line, blank lines between documents "
+                           "(paths or globs; gs:// and other filesystems TensorFlow, or with --runner Beam, reads)")
     data.add_argument("--spm-model", required=True)
     data.add_argument("--output-dir", required=True)
     data.add_argument("--seq-len", type=int, default=512)
@@ -267,6 +309,7 @@ def build_parser():
     data.add_argument("--bi-data", action="store_true", help="also write records of the reversed text")
     data.add_argument("--lower-case", action="store_true", help="the SentencePiece model is uncased (default: inferred)")
     data.add_argument("--skip-bad-lines", action="store_true", help="skip and count lines that are not UTF-8")
+    _add_runner_flag(data, "the same records as without it")
     data.set_defaults(run=_create_pretraining_data)
 
     pretrain = commands.add_parser("pretrain", help="permutation-LM pretraining on tf.distribute")
@@ -321,11 +364,24 @@ def build_parser():
     evaluate.add_argument("--batch-size", type=int, default=32)
     evaluate.set_defaults(run=_evaluate)
 
-    predict = commands.add_parser("predict", help="predictions of a fine-tuned model (JSONL; SQuAD: {id: answer})")
-    predict.add_argument("--model-dir", required=True)
-    predict.add_argument("--input", required=True)
-    predict.add_argument("--output", required=True)
-    predict.add_argument("--batch-size", type=int, default=32)
+    predict = commands.add_parser("predict", help="predictions of a fine-tuned model (JSONL; SQuAD: {id: answer}), "
+                                  "or of an export as a Beam pipeline (--export-dir)")
+    model = predict.add_mutually_exclusive_group(required=True)
+    model.add_argument("--model-dir", help="a fine-tuned directory: predicts one --input file in this process")
+    model.add_argument("--export-dir", metavar="BASE/NAME/VERSION",
+                       help="an exported SavedModel (xlnet-tf export): batch prediction as an Apache Beam pipeline "
+                            "(RunInference on serving_default; rows that fail go to dead letters)")
+    predict.add_argument("--input", required=True, metavar="FILE_OR_GLOB",
+                         help="--model-dir: one TSV / CSV / JSONL (SQuAD: JSON) file; --export-dir: a path or glob "
+                              "of JSONL / TSV / CSV / TFRecord (tf.train.Example) files whose fields are the "
+                              "export's inputs, and an optional id")
+    predict.add_argument("--output", required=True, metavar="FILE_OR_PREFIX",
+                         help="--model-dir: the JSONL file; --export-dir: PREFIX of PREFIX-SSSSS-of-NNNNN.jsonl "
+                              "(predictions) and PREFIX-dead-letter-SSSSS-of-NNNNN.jsonl")
+    predict.add_argument("--batch-size", type=int, default=32, help="rows per model call (--export-dir: at most)")
+    predict.add_argument("--input-format", choices=["jsonl", "tsv", "csv", "tfrecord"],
+                         help="--export-dir: the format of every input file (default: from each extension)")
+    _add_runner_flag(predict, "with --export-dir; default DirectRunner, give it to pass Beam options")
     predict.set_defaults(run=_predict)
 
     demo = commands.add_parser("demo", help="raw text -> pretraining -> fine-tuning -> export -> serving, on one machine")
@@ -428,21 +484,30 @@ LOG_FOLDERS = {"create-pretraining-data": "output_dir", "pretrain": "model_dir",
 
 
 def _log_file(args):
-    """The command's log file (train-spm: PREFIX.log beside its model), or None (everything on the console)."""
+    """The command's log file (train-spm: PREFIX.log beside its model; predict --export-dir: PREFIX.log beside
+    its outputs), or None (everything on the console)."""
     import os
 
     from xlnet_tf.console import LOG_FILE
 
     if args.command == "train-spm":
         return args.model_prefix + ".log"
-    folder = LOG_FOLDERS.get(args.command)
-    return os.path.join(getattr(args, folder), LOG_FILE) if folder else None
+    if args.command == "predict" and getattr(args, "export_dir", None):  # PREFIX.log beside the outputs
+        return args.output + ".log" if "://" not in args.output else None
+    folder = getattr(args, LOG_FOLDERS[args.command]) if args.command in LOG_FOLDERS else None
+    if not folder or "://" in folder:  # none on remote storage
+        return None
+    return os.path.join(folder, LOG_FILE)
 
 
 def main(argv=None):
     from xlnet_tf.console import configure
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, beam_args = parser.parse_known_args(argv)
+    if beam_args and not getattr(args, "runner", None):
+        parser.parse_args(argv)  # argparse's own "unrecognized arguments" error
+    args.beam_args = beam_args
     configure(_log_file(args), args.verbose)
     try:
         return args.run(args) or 0
