@@ -361,7 +361,7 @@ def test_bad_predict_flags_name_them(tmp_path, capsys):
         with capsys.disabled():
             print(err)
         assert exit_info.value.code == 2 and wanted in err
-    code = main(["predict", "--export-dir", str(tmp_path), "--input", "x", "--output", "y"])
+    code = main(["predict", "--export-dir", str(tmp_path), "--input", "x", "--output", str(tmp_path / "y")])
     err = capsys.readouterr().err
     with capsys.disabled():
         print(err.strip())
