@@ -197,3 +197,29 @@ def test_beam_resolves_with_tensorflow_and_serving():
           "bound 0)")
     assert versions["apache-beam"].startswith("2.77.") and versions["tensorflow"].startswith("2.21.")
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_token_chunks_on_gcs_are_opened_for_small_random_reads(monkeypatch):
+    """Random reads of the token stream on gs:// ask Beam's GCS reader for a small buffer (its default fetches
+    16 MiB at every seek). No bucket is reachable here, so the GCS filesystem is a stand-in that records the
+    call; a local path is opened as usual."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from xlnet_tf.pipelines import common
+
+    asked = []
+
+    class StandInGcsIO:
+        def open(self, path, mode, read_buffer_size):
+            asked.append((path, mode, read_buffer_size))
+            return "reader"
+
+    class StandInGcsFileSystem:
+        def _gcsIO(self):
+            return StandInGcsIO()
+
+    monkeypatch.setattr(FileSystems, "get_filesystem", staticmethod(lambda path: StandInGcsFileSystem()))
+    got = BeamFiles().open_random("gs://bucket/data/.tokens/000000.tokens")
+    print(f"\n[beam files] gs:// token chunk opened with {asked} (bound: buffer <= 1 MiB, Beam's default 16 MiB)")
+    assert got == "reader" and asked == [("gs://bucket/data/.tokens/000000.tokens", "rb", common.RANDOM_READ_BUFFER)]
+    assert common.RANDOM_READ_BUFFER <= 1 << 20

@@ -120,6 +120,10 @@ class TensorFlowFiles:
     def open(self, path, mode="rb"):
         return open(path, mode) if not _has_scheme(path) else tf.io.gfile.GFile(path, mode)
 
+    def open_random(self, path):
+        """`path` for many small reads at random offsets (the token chunks)."""
+        return self.open(path, "rb")
+
     def size(self, path):
         return tf.io.gfile.stat(path).length
 
@@ -398,7 +402,7 @@ class _Stream:
         if handle is None:
             if len(self.handles) >= self._OPEN_FILES:
                 self.handles.pop(next(iter(self.handles))).close()
-            handle = self.files.open(self.paths[index], "rb")
+            handle = self.files.open_random(self.paths[index])
         self.handles[index] = handle
         return handle
 

@@ -12,6 +12,7 @@ from xlnet_tf.errors import UserError
 
 COUNTER_NAMESPACE = "xlnet_tf"
 BEAM_REQUIREMENT = "apache-beam==2.77.*"
+RANDOM_READ_BUFFER = 256 << 10  # bytes fetched per random read of a token chunk on an object store
 
 
 def require_beam():
@@ -49,6 +50,15 @@ class BeamFiles:
         if mode == "wb":
             return self.fs.create(path, compression_type=self.uncompressed)
         raise ValueError(f"BeamFiles.open: mode {mode!r} (use 'rb' or 'wb')")
+
+    def open_random(self, path):
+        """`path` for many small reads at random offsets (the token chunks, where each record's random B is
+        read). Beam's GCS reader fetches its whole buffer, 16 MiB by default, at every seek; on gs:// the
+        file is opened with a buffer of RANDOM_READ_BUFFER instead. Other filesystems: `open(path, "rb")`."""
+        system = self.fs.get_filesystem(path)
+        if hasattr(system, "_gcsIO"):  # GCSFileSystem's configured GcsIO (the only reader-size hook Beam has)
+            return system._gcsIO().open(path, "rb", read_buffer_size=RANDOM_READ_BUFFER)
+        return self.open(path, "rb")
 
     def size(self, path):
         return self.fs.match([path])[0].metadata_list[0].size_in_bytes
