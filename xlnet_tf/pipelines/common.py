@@ -72,9 +72,14 @@ class BeamFiles:
                     raise
 
     def rename(self, source, target):
-        if self.fs.exists(target):
-            self.fs.delete([target])
-        self.fs.rename([source], [target])
+        """Moves `source` over `target` (in one step where the filesystem can: local, GCS)."""
+        try:
+            self.fs.rename([source], [target])
+        except Exception:
+            if not self.fs.exists(target):
+                raise
+            self.fs.delete([target])  # a filesystem that will not overwrite (HDFS)
+            self.fs.rename([source], [target])
 
     def remove(self, path):
         self.fs.delete([path])
