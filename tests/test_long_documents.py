@@ -4,8 +4,11 @@ with --grad-segments; a task whose label lies outside the first and last windows
 not with truncation; the export equals `xlnet-tf predict` on long texts."""
 
 import json
+import os
 import random
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -253,16 +256,29 @@ def task(tmp_path_factory):
     return root
 
 
+def finetune_args(root, name, *extra):
+    return ["finetune", "--task", "classification", "--train-file", str(root / "train.tsv"), "--eval-file",
+            str(root / "dev.tsv"), "--spm-model", str(root / "spm.model"), "--model-size", "tiny",
+            "--model-dir", str(root / name), "--train-steps", "150", "--batch-size", "16", "--learning-rate",
+            "1e-3", "--warmup-steps", "10", "--strategy", "one_device", "--steps-per-loop", "50",
+            "--max-seq-len", "64", "--dropout", "0", "--dropatt", "0", *extra]
+
+
 def finetune(root, name, *extra):
     from xlnet_tf.cli import main
 
     model_dir = root / name
-    assert main(["finetune", "--task", "classification", "--train-file", str(root / "train.tsv"), "--eval-file",
-                 str(root / "dev.tsv"), "--spm-model", str(root / "spm.model"), "--model-size", "tiny",
-                 "--model-dir", str(model_dir), "--train-steps", "150", "--batch-size", "16", "--learning-rate",
-                 "1e-3", "--warmup-steps", "10", "--strategy", "one_device", "--steps-per-loop", "50",
-                 "--max-seq-len", "64", "--dropout", "0", "--dropatt", "0", *extra]) == 0
+    assert main(finetune_args(root, name, *extra)) == 0
     return model_dir, json.loads((model_dir / "eval_results.json").read_text())
+
+
+def finetune_beside(root, name, *extra):
+    """The same `xlnet-tf finetune` in its own process, started now -> (process, its console log file)."""
+    log = root / f"{name}.console.txt"
+    with open(log, "w", encoding="utf-8") as out:
+        process = subprocess.Popen([sys.executable, "-m", "xlnet_tf.cli", *finetune_args(root, name, *extra)],
+                                   stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    return process, log
 
 
 def test_memory_learns_what_truncation_cannot_see_and_the_export_agrees(task, tmp_path):
@@ -271,8 +287,16 @@ def test_memory_learns_what_truncation_cannot_see_and_the_export_agrees(task, tm
     from xlnet_tf.tokenization import XLNetTokenizer
 
     texts = [line.split("\t")[0] for line in (task / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]]
-    memory_dir, memory = finetune(task, "memory", "--long-doc", "memory", "--max-doc-len", "512")
-    _, truncate = finetune(task, "truncate")
+    # The truncating run in its own process (the CLI as a user runs it) while this one trains with memory.
+    process, console = finetune_beside(task, "truncate")
+    try:
+        memory_dir, memory = finetune(task, "memory", "--long-doc", "memory", "--max-doc-len", "512")
+        process.wait(timeout=900)
+        assert process.returncode == 0, console.read_text(encoding="utf-8", errors="replace")[-3000:]
+    finally:
+        if process.poll() is None:  # a failure above: stop it too
+            process.kill()
+    truncate = json.loads((task / "truncate" / "eval_results.json").read_text())
     print(f"accuracy: memory {memory['accuracy']:.3f} (bound >= 0.9), truncate {truncate['accuracy']:.3f} "
           f"(bound <= 0.7)")
     assert memory["accuracy"] >= 0.9

@@ -122,9 +122,26 @@ def test_killed_run_resumes_to_the_same_weights(data_dir, tmp_path):
     backward pass with the forward pass's dropout masks)."""
     common = ("--strategy", "one_device", "--deterministic", "--save-every", "4", "--steps-per-loop", "2",
               "--recompute", "blocks")
+    # The uninterrupted run goes on beside the killed one and its rerun (separate processes and directories).
     whole = cli_process(pretrain_args(data_dir, tmp_path / "whole", 16, *common))
-    finish(whole)
     killed_dir = tmp_path / "killed"
+    try:
+        _kill_and_resume(data_dir, killed_dir, common)
+        finish(whole)
+    finally:
+        if whole.poll() is None:  # a failure above: stop the uninterrupted run too
+            whole.kill()
+    a = tf.train.load_checkpoint(str(tmp_path / "whole" / "checkpoints" / "ckpt-16"))
+    b = tf.train.load_checkpoint(str(killed_dir / "checkpoints" / "ckpt-16"))
+    names = [n for n in a.get_variable_to_shape_map() if n.startswith(("model/", "optimizer/"))]
+    worst = max(float(np.max(np.abs(a.get_tensor(n).astype(np.float64) - b.get_tensor(n)))) for n in names)
+    print(f"{len(names)} variables compared: max |diff| = {worst:.2e} (bound 1e-6)")
+    assert len(names) > 30 and worst <= 1e-6
+    assert losses(killed_dir)[-1] == pytest.approx(losses(tmp_path / "whole")[-1], abs=1e-6)
+
+
+def _kill_and_resume(data_dir, killed_dir, common):
+    """The run killed with SIGKILL once it has written ckpt-8, then the same command rerun to the end."""
     process = cli_process(pretrain_args(data_dir, killed_dir, 16, *common))
     marker = killed_dir / "checkpoints" / "ckpt-8.index"
     deadline = time.time() + 240
@@ -137,13 +154,6 @@ def test_killed_run_resumes_to_the_same_weights(data_dir, tmp_path):
     assert latest is not None and not latest.endswith("ckpt-16")
     output = finish(cli_process(pretrain_args(data_dir, killed_dir, 16, *common)))
     assert "resuming from" in output
-    a = tf.train.load_checkpoint(str(tmp_path / "whole" / "checkpoints" / "ckpt-16"))
-    b = tf.train.load_checkpoint(str(killed_dir / "checkpoints" / "ckpt-16"))
-    names = [n for n in a.get_variable_to_shape_map() if n.startswith(("model/", "optimizer/"))]
-    worst = max(float(np.max(np.abs(a.get_tensor(n).astype(np.float64) - b.get_tensor(n)))) for n in names)
-    print(f"{len(names)} variables compared: max |diff| = {worst:.2e} (bound 1e-6)")
-    assert len(names) > 30 and worst <= 1e-6
-    assert losses(killed_dir)[-1] == pytest.approx(losses(tmp_path / "whole")[-1], abs=1e-6)
 
 
 def test_xla_bfloat16_accumulation_and_mlm_runs_train(data_dir, tmp_path):
