@@ -10,10 +10,44 @@ import pydoc_data.topics
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
-from sentencepiece import sentencepiece_model_pb2
 
 from xlnet_tf.tokenization import (
     SPECIAL_PIECES, USER_DEFINED_SYMBOLS, XLNetTokenizer, preprocess_text, train_spm)
+
+def model_proto_class():
+    """The fields of SentencePiece's ModelProto this file reads (field numbers and enums of
+    sentencepiece_model.proto). sentencepiece's own sentencepiece_model_pb2 is generated for a newer protobuf
+    than the 6.33 that Apache Beam (the `beam` extra, in the test install) pins, so it cannot be imported here."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    F = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(name="xlnet_tf_test_spm_model.proto", package="xlnet_tf_test",
+                                              syntax="proto2")
+    model = file.message_type.add(name="ModelProto")
+    piece = model.nested_type.add(name="SentencePiece")
+    piece.enum_type.add(name="Type").value.extend(
+        [descriptor_pb2.EnumValueDescriptorProto(name=n, number=i) for n, i in
+         (("NORMAL", 1), ("UNKNOWN", 2), ("CONTROL", 3), ("USER_DEFINED", 4), ("UNUSED", 5), ("BYTE", 6))])
+    piece.field.add(name="piece", number=1, label=F.LABEL_OPTIONAL, type=F.TYPE_STRING)
+    piece.field.add(name="score", number=2, label=F.LABEL_OPTIONAL, type=F.TYPE_FLOAT)
+    piece.field.add(name="type", number=3, label=F.LABEL_OPTIONAL, type=F.TYPE_ENUM,
+                    type_name=".xlnet_tf_test.ModelProto.SentencePiece.Type", default_value="NORMAL")
+    trainer = model.nested_type.add(name="TrainerSpec")
+    trainer.enum_type.add(name="ModelType").value.extend(
+        [descriptor_pb2.EnumValueDescriptorProto(name=n, number=i) for n, i in
+         (("UNIGRAM", 1), ("BPE", 2), ("WORD", 3), ("CHAR", 4))])
+    trainer.field.add(name="model_type", number=3, label=F.LABEL_OPTIONAL, type=F.TYPE_ENUM,
+                      type_name=".xlnet_tf_test.ModelProto.TrainerSpec.ModelType", default_value="UNIGRAM")
+    model.nested_type.add(name="NormalizerSpec").field.add(name="name", number=1, label=F.LABEL_OPTIONAL,
+                                                           type=F.TYPE_STRING)
+    for name, number, kind in (("pieces", 1, "SentencePiece"), ("trainer_spec", 2, "TrainerSpec"),
+                               ("normalizer_spec", 3, "NormalizerSpec")):
+        model.field.add(name=name, number=number, type=F.TYPE_MESSAGE, type_name=f".xlnet_tf_test.ModelProto.{kind}",
+                        label=F.LABEL_REPEATED if name == "pieces" else F.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("xlnet_tf_test.ModelProto"))
+
 
 VARIED = [
     "Café naïve résumé, déjà vu: Ångström, Zoë's façade",
@@ -139,7 +173,7 @@ def test_special_ids_match_published_vocab(models):
         print(f"lower={lower} pieces 0..8 = {got}")
         assert got == ["<unk>", "<s>", "</s>", "<cls>", "<sep>", "<pad>", "<mask>", "<eod>", "<eop>"]
         assert list(SPECIAL_PIECES) == got
-        proto = sentencepiece_model_pb2.ModelProto.FromString(tok.model_bytes)
+        proto = model_proto_class().FromString(tok.model_bytes)
         types = [(p.piece, p.type) for p in proto.pieces[: 8 + len(USER_DEFINED_SYMBOLS)]]
         kind = proto.SentencePiece
         want = ([("<unk>", kind.UNKNOWN)] + [(p, kind.CONTROL) for p in SPECIAL_PIECES[1:8]]
