@@ -9,7 +9,8 @@ separate processes). Files are local paths: a gs:// bucket cannot be reached her
 
 import json
 import os
-import re
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -18,7 +19,6 @@ import tensorflow as tf
 from test_pretraining_data import corpus_lines
 from xlnet_tf.cli import main
 from xlnet_tf.data.pretraining import create_pretraining_data, load_metadata
-from xlnet_tf.errors import UserError
 from xlnet_tf.pipelines.common import BeamFiles, pipeline_options
 from xlnet_tf.pipelines.pretraining_data import create_pretraining_data_beam
 
@@ -75,7 +75,52 @@ def records(data_dir):
     return Counter(r.numpy() for r in tf.data.TFRecordDataset(paths))
 
 
-def test_beam_writes_the_single_process_records(work, corpus, single):
+def cli(*args):
+    return [sys.executable, "-m", "xlnet_tf.cli", *args]
+
+
+def data_command(pattern, spm, output_dir, *extra):
+    return cli("create-pretraining-data", "--input", pattern, "--spm-model", spm, "--output-dir", str(output_dir),
+               "--seq-len", str(SEQ), "--reuse-len", str(REUSE), "--num-shards", str(SHARDS), "--seed", str(SEED),
+               "--bi-data", *extra)
+
+
+def pretrain_command(data_dir, model_dir):
+    return cli("pretrain", "--data-dir", str(data_dir), "--model-dir", str(model_dir), "--model-size", "tiny",
+               "--train-steps", "1", "--batch-size", "4", "--num-predict", "8", "--steps-per-loop", "1",
+               "--seed", "3")
+
+
+@pytest.fixture(scope="module")
+def beside(work, corpus, single):
+    """Commands run as a user runs them, in their own processes while the tests go on: the pipeline with 3
+    workers, the pipeline without --skip-bad-lines, pretraining on the single-process records.
+    name -> (process, console log file)."""
+    pattern, _, spm = corpus
+    commands = {"three": data_command(pattern, spm, work / "beam-3", "--skip-bad-lines", *direct(3)),
+                "bad": data_command(pattern, spm, work / "beam-bad", *direct(2)),
+                "pretrain": pretrain_command(single["output_dir"], work / "pretrain-single")}
+    started = {}
+    for name, command in commands.items():
+        log = work / f"{name}.console.txt"
+        with open(log, "w", encoding="utf-8") as out:
+            started[name] = (subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")), log)
+    yield started
+    for process, _ in started.values():
+        if process.poll() is None:  # a test failed before waiting for it
+            process.kill()
+            process.wait()
+
+
+def finished(run, timeout=600):
+    """(exit code, console text) of a `beside` command."""
+    process, log = run
+    process.wait(timeout=timeout)
+    return process.returncode, log.read_text(encoding="utf-8", errors="replace")
+
+
+def test_beam_writes_the_single_process_records(work, corpus, single, beside):
     pattern, _, spm = corpus
     expected_files, expected_records = shard_files(single["output_dir"]), records(single["output_dir"])
     expected_metadata = load_metadata(single["output_dir"])
@@ -89,9 +134,9 @@ def test_beam_writes_the_single_process_records(work, corpus, single):
     print(f"\n[beam data] Beam counters {counters} (expected {wanted})")
     assert counters == wanted
 
-    assert main(["create-pretraining-data", "--input", pattern, "--spm-model", spm, "--output-dir",
-                 str(work / "beam-3"), "--seq-len", str(SEQ), "--reuse-len", str(REUSE), "--num-shards", str(SHARDS),
-                 "--seed", str(SEED), "--bi-data", "--skip-bad-lines", *direct(3)]) == 0
+    code, console = finished(beside["three"])
+    assert code == 0, console[-3000:]
+    assert "Beam counters: bad_utf8_lines_skipped 1" in console
     for name, directory in (("2 workers", work / "beam-2"), ("3 workers (CLI)", work / "beam-3")):
         got_files = shard_files(directory)
         same = sum(got_files.get(f) == data for f, data in expected_files.items())
@@ -107,23 +152,23 @@ def test_beam_writes_the_single_process_records(work, corpus, single):
           f"direction, is_next {expected_metadata['is_next_records']}); token chunks removed")
 
 
-def test_bad_line_is_named_without_skip(work, corpus):
-    pattern, bad_file, spm = corpus
-    with pytest.raises(UserError, match=re.escape(f"{bad_file}:{BAD_LINE}: line is not valid UTF-8")) as error:
-        create_pretraining_data_beam([pattern], spm, str(work / "beam-bad"), pipeline_options("DirectRunner", direct(
-            2)[2:]), **SETTINGS)
-    print(f"\n[beam data] without --skip-bad-lines: {error.value}")
+def test_bad_line_is_named_without_skip(work, corpus, beside):
+    _, bad_file, _ = corpus
+    code, console = finished(beside["bad"])
+    wanted = f"xlnet-tf create-pretraining-data: error: {bad_file}:{BAD_LINE}: line is not valid UTF-8"
+    said = [line for line in console.splitlines() if "error:" in line]
+    print(f"\n[beam data] without --skip-bad-lines: exit code {code} (bound 2), the console says {said}")
+    assert code == 2 and len(said) == 1 and said[0].startswith(wanted)
     assert not os.path.exists(work / "beam-bad" / ".tokens") and not os.path.exists(work / "beam-bad" / "metadata.json")
 
 
-def test_pretrain_first_step_loss_is_the_same(work, single):
+def test_pretrain_first_step_loss_is_the_same(work, beside):
+    assert main(pretrain_command(work / "beam-2", work / "pretrain-beam")[3:]) == 0
+    code, console = finished(beside["pretrain"])
+    assert code == 0, console[-3000:]
     losses = {}
-    for name, data_dir in (("single", single["output_dir"]), ("beam", str(work / "beam-2"))):
-        model_dir = work / f"pretrain-{name}"
-        assert main(["pretrain", "--data-dir", data_dir, "--model-dir", str(model_dir), "--model-size", "tiny",
-                     "--train-steps", "1", "--batch-size", "4", "--num-predict", "8", "--steps-per-loop", "1",
-                     "--seed", "3"]) == 0
-        with open(model_dir / "train_log.jsonl") as f:
+    for name in ("single", "beam"):
+        with open(work / f"pretrain-{name}" / "train_log.jsonl") as f:
             losses[name] = json.loads(f.readline())["loss"]
     print(f"\n[beam data] first-step pretraining loss on Beam records {losses['beam']!r} == on single-process records "
           f"{losses['single']!r} (bound: equal)")

@@ -6,17 +6,15 @@ tf.train.Examples), 10 of them bad, go through one DirectRunner pipeline with tw
 checked figure is printed with its bound.
 """
 
-import contextlib
-import io
 import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-
-pytest.importorskip("apache_beam")
 
 from test_export import FINETUNED, LINES, UNICODE  # noqa: E402
 
@@ -166,51 +164,71 @@ def inputs(work):
     return good, bad
 
 
+class BeamRun:
+    """`xlnet-tf predict --export-dir` in its own process (the CLI as a user runs it), started when made, so that
+    the test computes its reference meanwhile; `result()` waits for it (once) -> (predictions, dead letters,
+    counters, output files)."""
+
+    def __init__(self, work, export_dir):
+        self.work, self.console, self.value = work, work / "beam-predict.console.txt", None
+        command = [sys.executable, "-m", "xlnet_tf.cli", "predict", "--export-dir", export_dir, "--input",
+                   str(work / "in" / "*"), "--output", str(work / "out" / "predictions"), "--batch-size", "16",
+                   *BEAM_OPTIONS]
+        with open(self.console, "w", encoding="utf-8") as out:
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+
+    def result(self):
+        if self.value is None:
+            self.process.wait(timeout=600)
+            printed = self.console.read_text(encoding="utf-8", errors="replace")
+            assert self.process.returncode == 0, printed[-3000:]
+            summary = re.search(r"(\d+) rows in, (\d+) predicted -> .*, (\d+) failed ->", printed)
+            print(summary.group(0))
+            counts = dict(zip(("rows_in", "predicted", "failed"), map(int, summary.groups())))
+            out = sorted(os.listdir(self.work / "out"))
+            print("output files:", out)
+            assert "predictions.log" in out  # Beam's and the workers' logs, off the console
+            out.remove("predictions.log")
+            predictions, dead = [], []
+            for name in out:
+                with open(self.work / "out" / name, encoding="utf-8") as f:
+                    rows = [json.loads(line) for line in f]
+                (dead if name.startswith("predictions-dead-letter-") else predictions).extend(rows)
+            self.value = predictions, dead, counts, out
+        return self.value
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
 @pytest.fixture(scope="module")
 def beam_run(work, model, inputs):
-    """Runs `xlnet-tf predict --export-dir` once; returns (predictions by id, dead letters, counters)."""
-    from xlnet_tf.cli import main
-
-    _, export_dir = model
-    prefix = str(work / "out" / "predictions")
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        code = main(["predict", "--export-dir", export_dir, "--input", str(work / "in" / "*"),
-                     "--output", prefix, "--batch-size", "16", *BEAM_OPTIONS])
-    print(printed.getvalue(), end="")
-    assert code == 0
-    summary = re.search(r"(\d+) rows in, (\d+) predicted -> .*, (\d+) failed ->", printed.getvalue())
-    counts = dict(zip(("rows_in", "predicted", "failed"), map(int, summary.groups())))
-    out = sorted(os.listdir(work / "out"))
-    print("output files:", out)
-    assert "predictions.log" in out  # Beam's and the workers' logs, off the console
-    out.remove("predictions.log")
-    predictions, dead = [], []
-    for name in out:
-        with open(work / "out" / name, encoding="utf-8") as f:
-            rows = [json.loads(line) for line in f]
-        (dead if name.startswith("predictions-dead-letter-") else predictions).extend(rows)
-    return predictions, dead, counts, out
+    run = BeamRun(work, model[1])
+    yield run
+    run.stop()
 
 
 def test_batch_prediction_matches_model_dir_predict(work, model, inputs, beam_run):
     from xlnet_tf.cli import main
 
     good, _ = inputs
-    predictions, _, counts, files = beam_run
-    assert all(re.fullmatch(r"predictions(-dead-letter)?-\d{5}-of-\d{5}\.jsonl", name) for name in files), files
-    print(f"predictions: {len(predictions)} (expected 990)")
-    assert len(predictions) == 990
-    by_id = {row["id"]: row for row in predictions}
-    print(f"distinct ids: {len(by_id)}; equal to the expected ids: {set(by_id) == set(good)}")
-    assert len(by_id) == 990 and set(by_id) == set(good)
-
     ids = list(good)
     reference_in, reference_out = work / "reference.jsonl", work / "reference_predictions.jsonl"
     reference_in.write_text("".join(json.dumps({"text_a": good[i]}) + "\n" for i in ids), encoding="utf-8")
     assert main(["predict", "--model-dir", model[0], "--input", str(reference_in), "--output",
                  str(reference_out)]) == 0
     reference = [json.loads(line) for line in reference_out.read_text(encoding="utf-8").splitlines()]
+
+    predictions, _, counts, files = beam_run.result()  # the pipeline ran meanwhile
+    assert all(re.fullmatch(r"predictions(-dead-letter)?-\d{5}-of-\d{5}\.jsonl", name) for name in files), files
+    print(f"predictions: {len(predictions)} (expected 990)")
+    assert len(predictions) == 990
+    by_id = {row["id"]: row for row in predictions}
+    print(f"distinct ids: {len(by_id)}; equal to the expected ids: {set(by_id) == set(good)}")
+    assert len(by_id) == 990 and set(by_id) == set(good)
     got = np.array([by_id[i]["probabilities"] for i in ids])
     want = np.array([row["probabilities"] for row in reference])
     diff = float(np.max(np.abs(got - want)))
@@ -231,7 +249,7 @@ def test_batch_prediction_matches_model_dir_predict(work, model, inputs, beam_ru
 
 def test_bad_rows_go_to_dead_letters_with_reasons(inputs, beam_run):
     _, bad = inputs
-    _, dead, _, _ = beam_run
+    _, dead, _, _ = beam_run.result()
     print(f"dead letters: {len(dead)} (expected 10)")
     assert len(dead) == 10
     by_source = {row["source"]: row for row in dead}
