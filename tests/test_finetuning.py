@@ -83,7 +83,7 @@ def padding_overhead(model_dir):
     return sum(r["tokens"] for r in records), sum(r["padded_tokens"] for r in records)
 
 
-def test_classification_and_regression(pretrained, tmp_path):
+def test_classification_and_regression(pretrained, span_run, tmp_path):  # span_run: goes on meanwhile
     rng = random.Random(0)
 
     def rows(count, regression):
@@ -163,19 +163,30 @@ def squad_file(path, rng, count, impossible_every=0):
     path.write_text(json.dumps({"version": "v2.0", "data": data}))
 
 
-def test_span_extraction(pretrained, tmp_path):
+@pytest.fixture(scope="module")
+def span_run(pretrained):
+    """The SQuAD fine-tune, started in its own process as soon as the pretrained model exists (the
+    classification test runs meanwhile); test_span_extraction checks it. -> (FinetuneBeside, its folder)."""
+    folder = pretrained / "span"
+    folder.mkdir()
     rng = random.Random(1)
-    squad_file(tmp_path / "train.json", rng, 500, impossible_every=5)
-    squad_file(tmp_path / "dev.json", rng, 100, impossible_every=5)
-    model_dir, results = finetune(pretrained, "squad", tmp_path / "train.json", tmp_path / "dev.json", 250,
-                                  "--max-seq-len", "48", "--max-query-len", "8", "--recompute", "attention")
+    squad_file(folder / "train.json", rng, 500, impossible_every=5)
+    squad_file(folder / "dev.json", rng, 100, impossible_every=5)
+    with FinetuneBeside(pretrained, "squad", folder / "train.json", folder / "dev.json", 250, "--max-seq-len", "48",
+                        "--max-query-len", "8", "--recompute", "attention") as run:
+        yield run, folder
+
+
+def test_span_extraction(span_run):
+    run, folder = span_run
+    model_dir, results = run.result()
     print(f"span extraction (SQuAD 2.0 style, 20% unanswerable): EM {results['exact_match']:.1f}, F1 {results['f1']:.1f}, "
           f"best F1 {results['best_f1']:.1f} at threshold {results['best_f1_thresh']:.3f} (bound best EM >= 50)")
     assert results["best_exact"] >= 50
-    assert main(["predict", "--model-dir", str(model_dir), "--input", str(tmp_path / "dev.json"),
-                 "--output", str(tmp_path / "answers.json")]) == 0
-    answers = json.loads((tmp_path / "answers.json").read_text())
-    odds = json.loads((tmp_path / "answers.json.null_odds.json").read_text())
+    assert main(["predict", "--model-dir", str(model_dir), "--input", str(folder / "dev.json"),
+                 "--output", str(folder / "answers.json")]) == 0
+    answers = json.loads((folder / "answers.json").read_text())
+    odds = json.loads((folder / "answers.json.null_odds.json").read_text())
     assert len(answers) == 100 and set(odds) == set(answers)
 
 

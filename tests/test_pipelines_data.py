@@ -93,12 +93,12 @@ def pretrain_command(data_dir, model_dir):
 
 @pytest.fixture(scope="module")
 def beside(work, corpus, single):
-    """Commands run as a user runs them, in their own processes while the tests go on: the pipeline with 3
-    workers, the pipeline without --skip-bad-lines, pretraining on the single-process records.
+    """Commands run as a user runs them, in their own processes while the tests go on: the pipeline with one
+    worker process, the pipeline without --skip-bad-lines, pretraining on the single-process records.
     name -> (process, console log file)."""
     pattern, _, spm = corpus
-    commands = {"three": data_command(pattern, spm, work / "beam-3", "--skip-bad-lines", *direct(3)),
-                "bad": data_command(pattern, spm, work / "beam-bad", *direct(2)),
+    commands = {"one": data_command(pattern, spm, work / "beam-1", "--skip-bad-lines", *direct(1)),
+                "bad": data_command(pattern, spm, work / "beam-bad", *direct(1)),
                 "pretrain": pretrain_command(single["output_dir"], work / "pretrain-single")}
     started = {}
     for name, command in commands.items():
@@ -134,10 +134,10 @@ def test_beam_writes_the_single_process_records(work, corpus, single, beside):
     print(f"\n[beam data] Beam counters {counters} (expected {wanted})")
     assert counters == wanted
 
-    code, console = finished(beside["three"])
+    code, console = finished(beside["one"])
     assert code == 0, console[-3000:]
     assert "Beam counters: bad_utf8_lines_skipped 1" in console
-    for name, directory in (("2 workers", work / "beam-2"), ("3 workers (CLI)", work / "beam-3")):
+    for name, directory in (("2 workers", work / "beam-2"), ("1 worker (CLI)", work / "beam-1")):
         got_files = shard_files(directory)
         same = sum(got_files.get(f) == data for f, data in expected_files.items())
         got_records = records(directory)

@@ -261,13 +261,17 @@ MEMORY_SCRIPT = textwrap.dedent("""
 def test_streaming_memory_does_not_grow_with_the_corpus(work, corpus, spm_model):
     text = open(corpus, encoding="utf-8").read()
     results = {}
-    for scale, repeats in (("1x", 7), ("3x", 21)):
+    running = {}
+    for scale, repeats in (("1x", 7), ("3x", 21)):  # two processes at once: each measures its own peak
         path = work / f"big-{scale}.txt"
         path.write_text(text * repeats, encoding="utf-8")
-        done = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, str(path), spm_model, str(work / f"big-{scale}")],
-                              capture_output=True, text=True, timeout=240)
-        assert done.returncode == 0, done.stderr[-3000:]
-        result = json.loads(done.stdout.split("RESULT ")[-1])
+        running[scale] = path, subprocess.Popen(
+            [sys.executable, "-c", MEMORY_SCRIPT, str(path), spm_model, str(work / f"big-{scale}")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for scale, (path, process) in running.items():
+        stdout, stderr = process.communicate(timeout=240)
+        assert process.returncode == 0, stderr[-3000:]
+        result = json.loads(stdout.split("RESULT ")[-1])
         result["mb"] = path.stat().st_size / 2**20
         results[scale] = result
         print(f"\n[memory] {scale}: {result['mb']:.1f} MB of text, {result['tokens']} tokens -> {result['records']} "
