@@ -171,6 +171,10 @@ class BeamRun:
 
     def __init__(self, work, export_dir):
         self.work, self.console, self.value = work, work / "beam-predict.console.txt", None
+        # An earlier run's shards under the same prefix (it had 3): removed, never mixed with this run's.
+        (work / "out").mkdir()
+        for name in ("predictions-00002-of-00003.jsonl", "predictions-dead-letter-00002-of-00003.jsonl"):
+            (work / "out" / name).write_text(json.dumps({"id": "stale", "reason": "an earlier run"}) + "\n")
         command = [sys.executable, "-m", "xlnet_tf.cli", "predict", "--export-dir", export_dir, "--input",
                    str(work / "in" / "*"), "--output", str(work / "out" / "predictions"), "--batch-size", "16",
                    *BEAM_OPTIONS]
@@ -185,6 +189,7 @@ class BeamRun:
             assert self.process.returncode == 0, printed[-3000:]
             summary = re.search(r"(\d+) rows in, (\d+) predicted -> .*, (\d+) failed ->", printed)
             print(summary.group(0))
+            assert "removing 2 output shard(s) of an earlier run" in printed
             counts = dict(zip(("rows_in", "predicted", "failed"), map(int, summary.groups())))
             out = sorted(os.listdir(self.work / "out"))
             print("output files:", out)

@@ -11,7 +11,8 @@ and dead letters written as JSONL shards:
 * ``PREFIX-dead-letter-SSSSS-of-NNNNN.jsonl``: one object per row that could not be predicted,
   ``{"id", "source": "FILE:LINE", "reason", "row": the raw row, decoded with errors="replace"}``.
 
-Both outputs always exist (an empty output is one empty shard). Every row gets an ``id``: its own ``id`` field
+Both outputs always exist (an empty output is one empty shard); shards an earlier run left under the same
+prefix are removed first. Every row gets an ``id``: its own ``id`` field
 (string or integer), else ``FILE:LINE`` (TFRecord: ``FILE:RECORD``, numbered from 1). Counters in the
 ``xlnet_tf`` namespace: ``rows_in`` (rows read), ``predicted``, ``failed`` (dead letters); rows_in = predicted +
 failed. Empty lines (JSONL: blank lines) are not rows, and a TSV / CSV file's first line is its header.
@@ -643,6 +644,12 @@ def predict_beam(export_dir, input_pattern, output_prefix, options, batch_size=3
             raise UserError(f"--input: TFRecord Examples hold inputs of at most one dimension per row; "
                             f"{SIGNATURE}'s {deep[0]!r} has shape {spec[deep[0]][1]} (use JSONL)")
     dead_prefix = output_prefix + "-dead-letter"
+    stale = [path for prefix in (output_prefix, dead_prefix)
+             for path in files.glob(f"{prefix}-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].jsonl")]
+    if stale:  # an earlier run's shards (perhaps more of them) must not mix with this run's
+        print(f"predict: removing {len(stale)} output shard(s) of an earlier run under {output_prefix}")
+        for path in stale:
+            files.remove(path)
 
     pipeline = beam.Pipeline(options=options)
     rows = (pipeline
