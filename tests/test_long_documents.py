@@ -320,7 +320,8 @@ def test_memory_learns_what_truncation_cannot_see_and_the_export_agrees(task, tm
     print(f"dev documents: {lengths.min()}-{lengths.max()} tokens, {windows.min():.0f}-{windows.max():.0f} windows "
           f"of 64")
     assert windows.min() >= 4 and windows.max() <= 8
-    serving = tf.saved_model.load(str(path)).signatures["serving_default"]
+    loaded = tf.saved_model.load(str(path))
+    serving = loaded.signatures["serving_default"]
     batch = texts + [long_text]
     served = np.concatenate([serving(text=tf.constant(batch[i:i + 16]))["probabilities"].numpy()
                              for i in range(0, len(batch), 16)])
@@ -329,7 +330,6 @@ def test_memory_learns_what_truncation_cannot_see_and_the_export_agrees(task, tm
           f"max_doc_len 512): max |diff| {diff:.1e} (bound 1e-5)")
     assert diff <= 1e-5
     assert json.loads((path / "assets.extra" / "xlnet_export.json").read_text())["long_doc"] == "memory"
-    loaded = tf.saved_model.load(str(path))
     encoded = loaded.signatures["encode"](text=tf.constant(batch[:2]))
     print("encode on 2 documents: sequence_output", encoded["sequence_output"].shape, "(the last segment of 64)")
     assert encoded["sequence_output"].shape == (2, 64, 64)
