@@ -408,8 +408,7 @@ class _Stream:
 
     def _forward(self, lo, hi):
         pieces = []
-        first = int(np.searchsorted(self.starts, lo, side="right")) - 1
-        index = first
+        index = int(np.searchsorted(self.starts, lo, side="right")) - 1  # the chunk holding lo
         while lo < hi:
             begin, end = self.starts[index], self.starts[index + 1]
             stop = min(hi, end)
@@ -517,12 +516,14 @@ def count_records(chunks, seq_len, reuse_len, num_shards):
     return num_records
 
 
-def write_shard(files, stream, output_dir, shard, num_shards, num_records, seq_len, reuse_len, seed, backward,
+def write_shard(files, chunks, output_dir, shard, num_shards, num_records, seq_len, reuse_len, seed, backward,
                 on_record=None) -> dict:
-    """Writes shard `shard` of one direction: records [shard * n // N, (shard + 1) * n // N) of `stream`
-    (reversed for `backward`), atomically. Returns {file, num_records, is_next} (is_next: positive records)."""
+    """Writes shard `shard` of one direction: records [shard * n // N, (shard + 1) * n // N) of the stream of
+    `chunks` (in input order; reversed for `backward`), atomically. Returns {file, num_records, is_next}
+    (is_next: positive records)."""
     lo, hi = shard * num_records // num_shards, (shard + 1) * num_records // num_shards
     name = shard_name(shard, num_shards, backward)
+    stream = _Stream(files, chunks, reverse=backward)
     positives = 0
 
     def records():
@@ -534,8 +535,11 @@ def write_shard(files, stream, output_dir, shard, num_shards, num_records, seq_l
             if on_record is not None:
                 on_record()
 
-    write_atomically(files, files.join(output_dir, name), lambda temporary: files.write_records(temporary,
-                                                                                                 records()))
+    try:
+        write_atomically(files, files.join(output_dir, name), lambda temporary: files.write_records(temporary,
+                                                                                                     records()))
+    finally:
+        stream.close()
     return {"file": name, "num_records": hi - lo, "is_next": positives}
 
 
@@ -588,7 +592,8 @@ def _check_int(name, value, low):
         raise UserError(f"--{name.replace('_', '-')} must be an integer >= {low}, got {value!r}")
 
 
-def _absolute(path):
+def absolute_path(path):
+    """A local path made absolute; a URL (gs://...) as it is."""
     return path if _has_scheme(path) else os.path.abspath(path)
 
 
@@ -619,8 +624,8 @@ def create_pretraining_data(input_files, spm_model, output_dir, seq_len=512, reu
 
     check_settings(seq_len, reuse_len, num_shards, seed)
     files = TensorFlowFiles()
-    paths = [_absolute(p) for p in expand_inputs(files, input_files)]
-    spm_model = _absolute(os.fspath(spm_model))
+    paths = [absolute_path(p) for p in expand_inputs(files, input_files)]
+    spm_model = absolute_path(os.fspath(spm_model))
     tokenizer = load_tokenizer(files, spm_model, lower_case)
     output_dir = os.fspath(output_dir)
     prepare_output_dir(files, output_dir)
@@ -639,14 +644,10 @@ def create_pretraining_data(input_files, spm_model, output_dir, seq_len=512, reu
         with tqdm(total=num_records * len(directions), unit="rec", desc="writing records",
                   disable=not progress) as bar:
             for backward in directions:
-                stream = _Stream(files, chunks, reverse=backward)
-                try:
-                    for shard in range(num_shards):
-                        written[backward].append(write_shard(
-                            files, stream, output_dir, shard, num_shards, num_records, seq_len, reuse_len, seed,
-                            backward, on_record=lambda: bar.update(1)))
-                finally:
-                    stream.close()
+                for shard in range(num_shards):
+                    written[backward].append(write_shard(files, chunks, output_dir, shard, num_shards, num_records,
+                                                         seq_len, reuse_len, seed, backward,
+                                                         on_record=lambda: bar.update(1)))
     finally:
         files.remove_tree(chunks_dir)
 

@@ -17,6 +17,8 @@ Counters (namespace xlnet_tf): documents, tokens, bad_utf8_lines_skipped, record
 
 from __future__ import annotations
 
+import json
+
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
@@ -70,12 +72,8 @@ class _WriteShard(beam.DoFn):
         s = self.settings
         chunks = _in_order(chunks)
         num_records = pretraining.count_records(chunks, s["seq_len"], s["reuse_len"], s["num_shards"])
-        stream = pretraining._Stream(self.files, chunks, reverse=backward)
-        try:
-            written = pretraining.write_shard(self.files, stream, self.output_dir, shard, s["num_shards"],
-                                              num_records, s["seq_len"], s["reuse_len"], s["seed"], backward)
-        finally:
-            stream.close()
+        written = pretraining.write_shard(self.files, chunks, self.output_dir, shard, s["num_shards"], num_records,
+                                          s["seq_len"], s["reuse_len"], s["seed"], backward)
         self.records.inc(written["num_records"])
         yield dict(written, backward=backward, shard=shard)
 
@@ -122,8 +120,8 @@ def create_pretraining_data_beam(input_files, spm_model, output_dir, options, se
     `output_dir` and the pipeline's `counters`."""
     pretraining.check_settings(seq_len, reuse_len, num_shards, seed)
     files = common.BeamFiles()
-    paths = [pretraining._absolute(p) for p in pretraining.expand_inputs(files, input_files)]
-    spm_model = pretraining._absolute(str(spm_model))
+    paths = [pretraining.absolute_path(p) for p in pretraining.expand_inputs(files, input_files)]
+    spm_model = pretraining.absolute_path(str(spm_model))
     tokenizer = pretraining.load_tokenizer(files, spm_model, lower_case)
     output_dir = str(output_dir)
     pretraining.prepare_output_dir(files, output_dir)
@@ -135,8 +133,6 @@ def create_pretraining_data_beam(input_files, spm_model, output_dir, options, se
         result = common.run(pipeline)
     finally:
         files.remove_tree(pretraining.tokens_dir(files, output_dir))
-    import json
-
     with files.open(files.join(output_dir, pretraining.METADATA_FILE), "rb") as f:
         metadata = json.loads(f.read().decode("utf-8"))
     counts = common.counters(result)
