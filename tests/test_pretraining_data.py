@@ -189,7 +189,7 @@ def test_record_layout_follows_the_original(data_bi, reference):
         assert names == [pretraining.shard_name(i, 3, backward) for i in range(3)]
         assert counts == [(i + 1) * n // 3 - i * n // 3 for i in range(3)]
     assert sorted(os.listdir(data_dir)) == sorted(
-        [s["file"] for s in metadata["shards"] + metadata["bwd_shards"]] + ["metadata.json"])
+        [s["file"] for s in metadata["shards"] + metadata["bwd_shards"]] + ["metadata.json", "spiece.model"])
 
     for name, backward in (("forward", False), ("backward", True)):
         s, p = (stream[::-1], parity[::-1]) if backward else (stream, parity)

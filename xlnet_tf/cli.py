@@ -30,13 +30,15 @@ def _train_spm(args):
     print(f"wrote {path} and {args.model_prefix}.vocab")
 
 
-def _training_options(args, **extra):
+def _training_options(args, strategy, **extra):
     from xlnet_tf.training.loop import TrainingOptions
+    from xlnet_tf.training.strategies import default_steps_per_loop
 
+    steps_per_loop = args.steps_per_loop or default_steps_per_loop(strategy)
     return TrainingOptions(
         train_steps=args.train_steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
         warmup_steps=args.warmup_steps, weight_decay=args.weight_decay, clip_norm=args.clip_norm,
-        grad_accum_steps=args.grad_accum_steps, steps_per_loop=args.steps_per_loop, save_every=args.save_every,
+        grad_accum_steps=args.grad_accum_steps, steps_per_loop=steps_per_loop, save_every=args.save_every,
         keep_checkpoints=args.keep_checkpoints, jit_compile=args.jit_compile, seed=args.seed, **extra,
     )
 
@@ -79,6 +81,7 @@ def _benchmark(args):
         "memory_finetune_size": {key: getattr(MODEL_SIZES[args.memory_finetune_size], key) for key in BASE_SIZE},
         **quick,
     })
+    _local_only("--output-dir", args.output_dir, "the benchmark's worker processes write their results there")
     results = run_benchmark(options, args.output_dir)
     print(f"wrote {args.output_dir}/results.json, report.md and throughput.png")
     return 0 if all(row["status"] in ("ok", "missing", "unsupported") for row in results["rows"]) else 1
@@ -117,7 +120,7 @@ def _pretrain(args):
     num_predict = args.num_predict or max(1, round(metadata["seq_len"] / 6))
     setup = PretrainingSetup(args.data_dir, args.model_dir, config, run_options, num_predict, args.objective,
                              args.mixed_precision)
-    trainer, records = run_pretraining(setup, _training_options(args), strategy)
+    trainer, records = run_pretraining(setup, _training_options(args, strategy), strategy)
     if records:
         print(f"pretrained to step {records[-1]['step']}: loss {records[0]['loss']:.4f} -> {records[-1]['loss']:.4f}; "
               f"model directory {args.model_dir}")
@@ -127,8 +130,7 @@ def _pretrain(args):
 
 
 def _finetune(args):
-    import os
-
+    from xlnet_tf import files
     from xlnet_tf.config import RunOptions, XLNetConfig
     from xlnet_tf.model import CONFIG_FILE, SPM_FILE
     from xlnet_tf.training.finetune import FinetuneSetup, parse_widths, run_finetuning
@@ -149,20 +151,20 @@ def _finetune(args):
     probe = setup(config=None, spm_model=None)  # bad flags fail before any work
     parse_widths(args.bucket_boundaries, args.max_seq_len, probe.doc_len)
     strategy = _start_run(args)
-    spm = args.spm_model or (args.init_checkpoint and os.path.join(args.init_checkpoint, SPM_FILE))
-    if not spm or not os.path.exists(spm):
+    spm = args.spm_model or (args.init_checkpoint and files.join(args.init_checkpoint, SPM_FILE))
+    if not spm or not files.exists(spm):
         raise UserError(f"--spm-model is needed (no {SPM_FILE} found: {spm})")
     if args.init_checkpoint:
         if args.config or args.model_size:
             raise UserError("--init-checkpoint brings its architecture; drop --config / --model-size")
-        config = XLNetConfig.from_json(os.path.join(args.init_checkpoint, CONFIG_FILE))
+        config = XLNetConfig.from_json(files.join(args.init_checkpoint, CONFIG_FILE))
     else:
         from xlnet_tf.tokenization import XLNetTokenizer
 
         config = resolve_config(args.config, args.model_size, XLNetTokenizer(spm).vocab_size)
     setup = setup(config=config, spm_model=spm)
     # With --epochs the step count is set once the training file is read.
-    options = _training_options(_with_steps(args, args.train_steps or 1), layer_decay=args.layer_decay)
+    options = _training_options(_with_steps(args, args.train_steps or 1), strategy, layer_decay=args.layer_decay)
     trainer, records, results = run_finetuning(setup, options, strategy)
     if records:
         print(f"fine-tuned to step {records[-1]['step']}: loss {records[0]['loss']:.4f} -> {records[-1]['loss']:.4f}")
@@ -224,11 +226,15 @@ def _add_training_flags(parser, steps_required=True):
     parser.add_argument("--weight-decay", type=float, default=0.01)
     parser.add_argument("--clip-norm", type=float, default=1.0, help="clip gradients by this global norm (0 = off)")
     parser.add_argument("--grad-accum-steps", type=int, default=1, help="micro-batches per optimizer step")
-    parser.add_argument("--steps-per-loop", type=int, default=10, help="optimizer steps per host call")
+    parser.add_argument("--steps-per-loop", type=int,
+                        help="optimizer steps per host call (one log line each); default 1000 on a TPU (the "
+                             "original's --iterations: a host call costs a TPU far more than a GPU), else 10; "
+                             "never more than --save-every")
     parser.add_argument("--save-every", type=int, default=1000, help="checkpoint every this many steps")
     parser.add_argument("--keep-checkpoints", type=int, default=5)
     parser.add_argument("--strategy", default="auto", choices=["auto", "one_device", "mirrored", "multi_worker", "tpu"])
-    parser.add_argument("--tpu", help="TPU name or grpc:// address (with --strategy tpu or auto)")
+    parser.add_argument("--tpu", help="TPU name, grpc:// address, or 'local' on a TPU VM (with --strategy tpu or "
+                                      "auto; default: $TPU_NAME)")
     parser.add_argument("--cpu-devices", type=int, default=2, help="logical CPU devices for --strategy mirrored without GPUs")
     parser.add_argument("--mixed-precision", choices=["bfloat16"], help="bfloat16 compute, float32 weights")
     parser.add_argument("--jit-compile", action="store_true", help="compile the forward/backward pass with XLA")
@@ -259,9 +265,18 @@ def _create_pretraining_data(args):
     create_pretraining_data(args.input, args.spm_model, args.output_dir, **settings)
 
 
+def _local_only(flag, path, why):
+    """Refuses a remote `path` for a flag whose command works on local folders only (before any work)."""
+    from xlnet_tf import files
+
+    if path and files.is_remote(path):
+        raise UserError(f"{flag} must be a local folder ({why}); got {path}")
+
+
 def _demo(args):
     from xlnet_tf.demo import run_demo
 
+    _local_only("--workdir", args.workdir, "the demo reuses its local work folder on a rerun")
     run_demo(args.workdir, quick=args.quick, verbose=args.verbose)
 
 
@@ -483,21 +498,30 @@ LOG_FOLDERS = {"create-pretraining-data": "output_dir", "pretrain": "model_dir",
                "export": "model_dir", "demo": "workdir"}
 
 
-def _log_file(args):
-    """The command's log file (train-spm: PREFIX.log beside its model; predict --export-dir: PREFIX.log beside
-    its outputs), or None (everything on the console)."""
-    import os
-
+def _log_target(args):
+    """Where the command's log file belongs (train-spm: PREFIX.log beside its model; predict --export-dir:
+    PREFIX.log beside its outputs), or None (everything on the console)."""
+    from xlnet_tf import files
     from xlnet_tf.console import LOG_FILE
 
     if args.command == "train-spm":
         return args.model_prefix + ".log"
     if args.command == "predict" and getattr(args, "export_dir", None):  # PREFIX.log beside the outputs
-        return args.output + ".log" if "://" not in args.output else None
+        return args.output + ".log"
     folder = getattr(args, LOG_FOLDERS[args.command]) if args.command in LOG_FOLDERS else None
-    if not folder or "://" in folder:  # none on remote storage
-        return None
-    return os.path.join(folder, LOG_FILE)
+    return files.join(folder, LOG_FILE) if folder else None
+
+
+def _log_file(args):
+    """The command's log file. A log is appended line by line, which object stores cannot do: where
+    `_log_target` is remote (gs://...), a local file named after it under the system's temporary folder
+    (`files.local_log_path`; the command says where)."""
+    from xlnet_tf import files
+
+    target = _log_target(args)
+    if target and files.is_remote(target):
+        return files.local_log_path(files.dirname(target), files.basename(target))
+    return target
 
 
 def main(argv=None):
@@ -508,7 +532,13 @@ def main(argv=None):
     if beam_args and not getattr(args, "runner", None):
         parser.parse_args(argv)  # argparse's own "unrecognized arguments" error
     args.beam_args = beam_args
-    configure(_log_file(args), args.verbose)
+    log_file = _log_file(args)
+    configure(log_file, args.verbose)
+    if log_file != _log_target(args):
+        import logging
+
+        logging.getLogger("xlnet_tf").info("other libraries' log lines go to %s (%s is remote)", log_file,
+                                           _log_target(args))
     try:
         return args.run(args) or 0
     except (UserError, FileNotFoundError) as error:

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 
+from xlnet_tf import files
 from xlnet_tf.errors import UserError
 
 # "gelu" is the tanh approximation used by the published TF code; "gelu_exact" is the erf form that
@@ -77,11 +78,10 @@ class XLNetConfig:
     def from_json(cls, path):
         """Reads a published-style `xlnet_config.json`."""
         path = os.fspath(path)
+        if not files.exists(path):
+            raise ConfigError(f"{path}: no such config file")
         try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such config file") from None
+            data = json.loads(files.read_text(path))
         except json.JSONDecodeError as error:
             raise ConfigError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
         if not isinstance(data, dict):
@@ -89,9 +89,8 @@ class XLNetConfig:
         return cls.from_dict(data, source=path)
 
     def to_json(self, path):
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
-            f.write("\n")
+        """Writes `xlnet_config.json` (any filesystem; published whole, its folder created)."""
+        files.write_json(path, self.to_dict())
 
 
 # Published sizes (XLNet-base and -large) and a tiny one for tests and the demo.

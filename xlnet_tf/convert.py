@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 
+from xlnet_tf import files
 from xlnet_tf.config import ConfigError, RunOptions, XLNetConfig
 from xlnet_tf.errors import UserError
 
@@ -145,19 +146,18 @@ def _transformers_head(hf, tensors, take, max_seq_len):
 def read_transformers(src_dir, max_seq_len=512):
     """Reads a transformers XLNet directory (config.json + model.safetensors) -> (XLNetConfig, weights,
     finetune config of its head or None)."""
-    from safetensors.numpy import load_file
+    from safetensors.numpy import load, load_file
 
-    config_path = os.path.join(src_dir, "config.json")
-    weights_path = os.path.join(src_dir, "model.safetensors")
+    config_path = files.join(src_dir, "config.json")
+    weights_path = files.join(src_dir, "model.safetensors")
     for path in (config_path, weights_path):
-        if not os.path.exists(path):
+        if not files.exists(path):
             raise ConversionError(f"{path}: missing (a transformers XLNet directory has config.json and model.safetensors)")
-    with open(config_path, encoding="utf-8") as f:
-        hf = json.load(f)
+    hf = files.read_json(config_path)
     activation = hf.get("ff_activation", "gelu")
     if activation not in _TRANSFORMERS_ACTIVATIONS:
         raise ConversionError(f"{config_path}: ff_activation {activation!r} is not one of {sorted(_TRANSFORMERS_ACTIVATIONS)}")
-    tensors = load_file(weights_path)
+    tensors = load(files.read_bytes(weights_path)) if files.is_remote(weights_path) else load_file(weights_path)
     tensors = {name[len("transformer."):] if name.startswith("transformer.") else name: value
                for name, value in tensors.items()}
     n_layer = hf["n_layer"]
@@ -204,8 +204,8 @@ def convert_transformers(src_dir, out_dir, max_seq_len=512):
     """`xlnet-tf convert huggingface SRC OUT`: no torch needed. Heads (XLNetForSequenceClassification,
     XLNetForQuestionAnswering, XLNetForMultipleChoice) become fine-tuned directories. Copies `spiece.model`."""
     config, weights, finetune_config = read_transformers(src_dir, max_seq_len)
-    spm = os.path.join(src_dir, "spiece.model")
-    return _save(config, weights, out_dir, src_dir, [spm if os.path.exists(spm) else None], finetune_config)
+    spm = files.join(src_dir, "spiece.model")
+    return _save(config, weights, out_dir, src_dir, [spm if files.exists(spm) else None], finetune_config)
 
 
 # -- published TF1 checkpoints --------------------------------------------------------------------------------
@@ -219,7 +219,7 @@ def read_official(checkpoint_prefix, config):
     import tensorflow as tf
 
     try:
-        reader = tf.train.load_checkpoint(checkpoint_prefix)
+        reader = files.checkpoint_reader(checkpoint_prefix)
     except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as error:
         raise ConversionError(f"{checkpoint_prefix}: not a readable TF checkpoint ({error})") from None
     available = reader.get_variable_to_shape_map()
@@ -257,7 +257,7 @@ def read_official_head(checkpoint_prefix, max_seq_len=512):
     (weights by our variable path, finetune config), or ({}, None) for a pretrained checkpoint."""
     import tensorflow as tf
 
-    reader = tf.train.load_checkpoint(checkpoint_prefix)
+    reader = files.checkpoint_reader(checkpoint_prefix)
     names = reader.get_variable_to_shape_map()
     weights = {}
 
@@ -299,7 +299,7 @@ def convert_official(checkpoint_prefix, out_dir, config_path, spm_model=None, ma
     """`xlnet-tf convert official CKPT_PREFIX OUT --config xlnet_config.json [--spm-model spiece.model]`;
     a fine-tuned checkpoint's head (classification, regression, SQuAD, RACE) is converted too."""
     config = XLNetConfig.from_json(config_path)
-    if spm_model and not os.path.exists(spm_model):
+    if spm_model and not files.exists(spm_model):
         raise ConfigError(f"{spm_model}: no such SentencePiece model (--spm-model)")
     weights = read_official(checkpoint_prefix, config)
     head_weights, finetune_config = read_official_head(checkpoint_prefix, max_seq_len)

@@ -17,6 +17,7 @@ import tempfile
 
 from xlnet_tf.config import ConfigError, RunOptions, XLNetConfig
 from xlnet_tf.layers.dropout import Dropout
+from xlnet_tf import files
 from xlnet_tf.model import XLNetModel, _from_config, _read_config, _restore, _write_pretrained
 
 ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask")
@@ -335,14 +336,14 @@ def save_finetuned(model, path, finetune_config, extra_files=()):
 
 
 def read_finetune_config(path):
-    meta = os.path.join(os.fspath(path), FINETUNE_FILE)
-    if not os.path.exists(meta):
+    """`finetune_config.json` of a fine-tuned directory (any filesystem)."""
+    meta = files.join(os.fspath(path), FINETUNE_FILE)
+    if not files.exists(meta):
         raise ConfigError(f"{path}: no {FINETUNE_FILE} (not a fine-tuned model directory)")
-    with open(meta, encoding="utf-8") as f:
-        try:
-            data = json.load(f)
-        except json.JSONDecodeError as error:
-            raise ConfigError(f"{meta}:{error.lineno}: not valid JSON ({error.msg})") from None
+    try:
+        data = json.loads(files.read_text(meta))
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{meta}:{error.lineno}: not valid JSON ({error.msg})") from None
     if data.get("task") not in TASKS:
         raise ConfigError(f"{meta}: task must be one of {TASKS}, got {data.get('task')!r}")
     return data

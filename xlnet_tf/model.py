@@ -10,6 +10,7 @@ import tempfile
 import keras
 import tensorflow as tf
 
+from xlnet_tf import files
 from xlnet_tf.config import ConfigError, RunOptions, XLNetConfig
 from xlnet_tf.layers import masks
 from xlnet_tf.layers.block import XLNetBlock
@@ -281,8 +282,9 @@ class XLNetModel(keras.Model):
         return tf.train.Checkpoint(model=tf.train.Checkpoint(transformer=self))
 
     def save_pretrained(self, path, extra_files=()):
-        """Writes `xlnet_config.json` and the checkpoint into `path`, atomically (a temporary directory
-        renamed into place); `extra_files` (such as a `spiece.model`) are copied alongside."""
+        """Writes `xlnet_config.json` and the checkpoint into `path` (any filesystem; locally a temporary
+        directory renamed into place, remotely xlnet_config.json last); `extra_files` (such as a
+        `spiece.model`) are copied alongside."""
         _write_pretrained(path, self.config, self._checkpoint(), extra_files)
 
     @classmethod
@@ -373,9 +375,9 @@ def _from_config(cls, config):
 
 def _read_config(path):
     path = os.fspath(path)
-    if not os.path.isdir(path):
+    if not files.isdir(path):
         raise ConfigError(f"{path}: not a directory holding {CONFIG_FILE} and a checkpoint")
-    return XLNetConfig.from_json(os.path.join(path, CONFIG_FILE))
+    return XLNetConfig.from_json(files.join(path, CONFIG_FILE))
 
 
 def checkpoint_prefix(path):
@@ -394,7 +396,7 @@ def checkpoint_prefix(path):
 def _restore(path, checkpoint, require_lm_head):
     prefix = checkpoint_prefix(path)
     if require_lm_head:
-        names = {name for name, _ in tf.train.list_variables(prefix)}
+        names = set(files.checkpoint_reader(prefix).get_variable_to_shape_map())
         if not any(name.startswith("model/lm_bias") for name in names):
             raise ConfigError(f"{path}: the checkpoint has no LM head (model/lm_bias); load it with XLNetModel")
     status = checkpoint.read(prefix)
@@ -403,8 +405,20 @@ def _restore(path, checkpoint, require_lm_head):
 
 
 def _write_pretrained(path, config, checkpoint, extra_files=()):
-    """Writes config + checkpoint (+ extra files) to a temporary sibling directory, then swaps it in."""
-    path = os.path.abspath(os.fspath(path))
+    """Writes config + checkpoint (+ extra files, from any filesystem) as directory `path`, keeping files of
+    an existing `path` that it does not write (spiece.model, notes).
+
+    Local: everything goes to a temporary sibling directory, which is then swapped in (a reader sees the old
+    directory or the new one). Remote stores have no directory rename: the files are written in place, the
+    checkpoint and extra files first and xlnet_config.json last."""
+    path = files.absolute(path)
+    if files.is_remote(path):
+        files.makedirs(path)
+        for source in extra_files:
+            files.copy(source, files.join(path, files.basename(source)))
+        checkpoint.write(files.join(path, CHECKPOINT_PREFIX))
+        config.to_json(files.join(path, CONFIG_FILE))
+        return
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
@@ -417,7 +431,7 @@ def _write_pretrained(path, config, checkpoint, extra_files=()):
                 if not os.path.exists(target):
                     shutil.copy2(os.path.join(path, name), target)
         for source in extra_files:
-            shutil.copy2(source, os.path.join(staging, os.path.basename(source)))
+            files.copy(source, os.path.join(staging, files.basename(source)))
         backup = None
         if os.path.exists(path):
             backup = staging + ".old"

@@ -3,10 +3,9 @@ XLNet paper's appendix), and the shared helpers that training curves use."""
 
 from __future__ import annotations
 
-import json
-import os
-
 import numpy as np
+
+from xlnet_tf import files
 
 
 def pyplot():
@@ -20,11 +19,14 @@ def pyplot():
 
 
 def save_figure(fig, path, dpi=100):
-    """Writes `fig` to `path` atomically (a temporary file renamed into place), closes it, returns `path`."""
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=dpi)
+    """Renders `fig` as PNG bytes and publishes them at `path` (any filesystem, its folder created:
+    `files.write_bytes`), closes it, returns `path`."""
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
     pyplot().close(fig)
-    os.replace(tmp, path)
+    files.write_bytes(path, buffer.getvalue())
     return path
 
 
@@ -35,9 +37,9 @@ def attention_maps(model_dir, text, lower_case=None):
     from xlnet_tf.tokenization import XLNetTokenizer
 
     if lower_case is None:
-        meta = os.path.join(model_dir, "finetune_config.json")
-        lower_case = json.load(open(meta)).get("lower_case", False) if os.path.exists(meta) else False
-    tokenizer = XLNetTokenizer(os.path.join(model_dir, SPM_FILE), lower_case=lower_case)
+        meta = files.join(model_dir, "finetune_config.json")
+        lower_case = files.read_json(meta).get("lower_case", False) if files.exists(meta) else False
+    tokenizer = XLNetTokenizer(files.join(model_dir, SPM_FILE), lower_case=lower_case)
     ids = tokenizer.encode([text])[0] + [tokenizer.sep_id, tokenizer.cls_id]
     model = XLNetModel.from_pretrained(model_dir, dropout=0.0, dropatt=0.0)
     segments = [0] * (len(ids) - 1) + [2]

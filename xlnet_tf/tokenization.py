@@ -38,6 +38,7 @@ import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from xlnet_tf import files
 from xlnet_tf.errors import UserError
 
 SPIECE_UNDERLINE = "\u2581"
@@ -251,8 +252,7 @@ class XLNetTokenizer(tf.Module):
         if (model_file is None) == (model_proto is None):
             raise ValueError("Pass exactly one of model_file and model_proto.")
         if model_proto is None:
-            with open(model_file, "rb") as f:
-                model_proto = f.read()
+            model_proto = files.read_bytes(model_file)  # any filesystem (gs://, ...)
         self._model_bytes = bytes(model_proto)
         self._lower_case = bool(lower_case)
         self._sp = tf_text.SentencepieceTokenizer(model=self._model_bytes, out_type=tf.string)
@@ -427,9 +427,9 @@ class XLNetTokenizer(tf.Module):
 
 def _check_input_file(path):
     """Raise if ``path`` is missing or holds no non-whitespace text (reads only up to the first text)."""
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         raise FileNotFoundError(f"SentencePiece training input not found: {path}")
-    with open(path, "rb") as f:
+    with files.open(path, "rb") as f:
         for line in f:
             if line.strip():
                 return
@@ -442,7 +442,7 @@ def _preprocessed_lines(paths, lower_case, batch_size=1024):
                      input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     batch = []
     for path in paths:
-        with open(path, "rb") as f:
+        with files.open(path, "rb") as f:
             for line in f:
                 batch.append(line)
                 if len(batch) == batch_size:
@@ -484,8 +484,18 @@ def train_spm(input_files, model_prefix, vocab_size, lower_case=False, *, charac
     for path in paths:
         _check_input_file(path)
     model_prefix = os.fspath(model_prefix)
-    if os.path.dirname(model_prefix):
-        os.makedirs(os.path.dirname(model_prefix), exist_ok=True)
+    if files.dirname(model_prefix):
+        files.makedirs(files.dirname(model_prefix))
+    if files.is_remote(model_prefix):  # the trainer writes local files: train into a scratch folder, then copy
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as scratch:
+            local = train_spm(paths, os.path.join(scratch, files.basename(model_prefix)), vocab_size, lower_case,
+                              character_coverage=character_coverage, input_sentence_size=input_sentence_size,
+                              num_threads=num_threads, log_file=log_file, **trainer_kwargs)
+            for suffix in (".model", ".vocab"):
+                files.copy(local[: -len(".model")] + suffix, model_prefix + suffix)
+        return model_prefix + ".model"
     options = dict(
         model_type="unigram", vocab_size=vocab_size, character_coverage=character_coverage,
         control_symbols=list(CONTROL_SYMBOLS), user_defined_symbols=list(USER_DEFINED_SYMBOLS),

@@ -49,8 +49,10 @@ goes through a `files` object (`TensorFlowFiles` here).
 
 Files in the output directory: `records-IIIII-of-NNNNN.tfrecord` (and `records-bwd-...` with bi_data), each a
 contiguous range of records in stream order (shard i holds records [i*n//N, (i+1)*n//N)), tf.train.Example
-with int64 features `input_ids` [seq_len], `segment_ids` [seq_len], `is_next` [1]; then `metadata.json`. Every
-file is written under a temporary name and renamed; metadata.json is written last.
+with int64 features `input_ids` [seq_len], `segment_ids` [seq_len], `is_next` [1]; `spiece.model`, a copy of the
+SentencePiece model, which metadata.json names by that relative path (the directory keeps working when it is
+copied to a bucket); then `metadata.json`. Every file is written under a temporary name and renamed;
+metadata.json is written last.
 
 Reading (`pretraining_dataset`)
 -------------------------------
@@ -72,9 +74,11 @@ import tensorflow as tf
 from xlnet_tf.data import sampling
 from xlnet_tf.data.truncation import truncated_pair_lengths
 from xlnet_tf.errors import UserError
+from xlnet_tf.files import TensorFlowFiles, absolute as absolute_path, resolve as resolve_path  # noqa: F401
 
 FORMAT_VERSION = 1
 METADATA_FILE = "metadata.json"
+SPM_FILE = "spiece.model"  # the data's SentencePiece model, named as in model directories (xlnet_tf.model)
 CLS_ID, SEP_ID, PAD_ID, EOD_ID = sampling.CLS_ID, sampling.SEP_ID, sampling.PAD_ID, sampling.EOD_ID
 _SPECIAL = {"<cls>": CLS_ID, "<sep>": SEP_ID, "<pad>": PAD_ID, "<eod>": EOD_ID}
 _TOKENS_DIR = ".tokens"  # the token chunks while the records are written
@@ -96,55 +100,8 @@ def shard_name(index, num_shards, backward=False):
 # on TensorFlow's filesystems in one process and on Beam's in `xlnet_tf.pipelines`.
 
 
-def _has_scheme(path):
-    return "://" in path
-
-
 def _is_glob(pattern):
     return any(c in pattern for c in "*?[")
-
-
-class TensorFlowFiles:
-    """Local paths and the filesystems TensorFlow reads (gs://, ...) through `tf.io.gfile`; local files are
-    opened with Python's own `open`."""
-
-    def join(self, *parts):
-        return os.path.join(*parts)
-
-    def glob(self, pattern):
-        return sorted(tf.io.gfile.glob(pattern))
-
-    def exists(self, path):
-        return tf.io.gfile.exists(path)
-
-    def open(self, path, mode="rb"):
-        return open(path, mode) if not _has_scheme(path) else tf.io.gfile.GFile(path, mode)
-
-    def open_random(self, path):
-        """`path` for many small reads at random offsets (the token chunks)."""
-        return self.open(path, "rb")
-
-    def size(self, path):
-        return tf.io.gfile.stat(path).length
-
-    def makedirs(self, path):
-        tf.io.gfile.makedirs(path)
-
-    def rename(self, source, target):
-        tf.io.gfile.rename(source, target, overwrite=True)
-
-    def remove(self, path):
-        tf.io.gfile.remove(path)
-
-    def remove_tree(self, path):
-        if tf.io.gfile.exists(path):
-            tf.io.gfile.rmtree(path)
-
-    def write_records(self, path, records):
-        """Writes serialized records as one TFRecord file."""
-        with tf.io.TFRecordWriter(path) as writer:
-            for record in records:
-                writer.write(record)
 
 
 def write_atomically(files, path, write):
@@ -562,6 +519,13 @@ def build_metadata(chunks, shards, bwd_shards, *, seq_len, reuse_len, num_shards
     )
 
 
+def tokenizer_info(tokenizer, spm_model):
+    """metadata.json's tokenizer fields: `spm_model` is the copy inside the data directory (relative), and
+    `spm_model_source` the file it was copied from."""
+    return {"vocab_size": tokenizer.vocab_size, "spm_model": SPM_FILE, "spm_model_source": spm_model,
+            "lower_case": tokenizer.lower_case}
+
+
 def summary_line(metadata, output_dir):
     """The one-line report of a finished `create-pretraining-data`."""
     n = metadata["num_records"]
@@ -587,14 +551,22 @@ def prepare_output_dir(files, output_dir):
     files.makedirs(tokens_dir(files, output_dir))
 
 
+def write_spm_copy(files, output_dir, model_bytes):
+    """The records' SentencePiece model as `SPM_FILE` inside the data directory, which metadata.json names by
+    that relative path: the directory stays whole when it is copied elsewhere (a workstation's data to a
+    bucket)."""
+    def write(temporary):
+        with files.open(temporary, "wb") as f:
+            f.write(model_bytes)
+
+    write_atomically(files, files.join(output_dir, SPM_FILE), write)
+
+
 def _check_int(name, value, low):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         raise UserError(f"--{name.replace('_', '-')} must be an integer >= {low}, got {value!r}")
 
 
-def absolute_path(path):
-    """A local path made absolute; a URL (gs://...) as it is."""
-    return path if _has_scheme(path) else os.path.abspath(path)
 
 
 def create_pretraining_data(input_files, spm_model, output_dir, seq_len=512, reuse_len=256, num_shards=1, seed=0,
@@ -629,6 +601,7 @@ def create_pretraining_data(input_files, spm_model, output_dir, seq_len=512, reu
     tokenizer = load_tokenizer(files, spm_model, lower_case)
     output_dir = os.fspath(output_dir)
     prepare_output_dir(files, output_dir)
+    write_spm_copy(files, output_dir, tokenizer.model_bytes)
     chunks_dir = tokens_dir(files, output_dir)
     try:
         encode = line_encoder(tokenizer)
@@ -654,7 +627,7 @@ def create_pretraining_data(input_files, spm_model, output_dir, seq_len=512, reu
     metadata = build_metadata(
         chunks, written[False], written[True], seq_len=seq_len, reuse_len=reuse_len, num_shards=num_shards,
         seed=seed, bi_data=bi_data,
-        tokenizer_info={"vocab_size": tokenizer.vocab_size, "spm_model": spm_model, "lower_case": tokenizer.lower_case})
+        tokenizer_info=tokenizer_info(tokenizer, spm_model))
     write_json(files, files.join(output_dir, METADATA_FILE), metadata)
     print(summary_line(metadata, output_dir))
     return dict(metadata, output_dir=output_dir)
@@ -685,6 +658,8 @@ def load_metadata(data_dir) -> dict:
             raise UserError(f"{path}: field {key!r} is missing or not a {kind.__name__}")
     if metadata["format_version"] != FORMAT_VERSION:
         raise UserError(f"{path}: format version {metadata['format_version']}, this code reads {FORMAT_VERSION}")
+    # relative (the copy inside the directory), or an absolute path / URL (data written before the copy existed)
+    metadata["spm_model"] = resolve_path(metadata["spm_model"], os.fspath(data_dir))
     for key in ("shards", "bwd_shards"):
         for shard in metadata[key]:
             if not isinstance(shard, dict) or not isinstance(shard.get("file"), str) or not isinstance(

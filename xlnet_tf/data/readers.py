@@ -17,6 +17,7 @@ import os
 import re
 from typing import List, Optional, Tuple, Union
 
+from xlnet_tf import files as files_layer  # `files` is a common local name here
 from xlnet_tf.errors import UserError
 
 _SURROGATE = re.compile("[\udc80-\udcff]")  # undecodable bytes under errors="surrogateescape"
@@ -128,10 +129,9 @@ def _header_matches(layout, row):
 def _read_bytes(path):
     """File bytes without a UTF-8 BOM; missing and empty (or whitespace-only) files are errors."""
     path = os.fspath(path)
-    if not os.path.isfile(path):
+    if not files_layer.isfile(path):
         raise UserError(f"{path}: file not found.")
-    with open(path, "rb") as f:
-        raw = f.read()
+    raw = files_layer.read_bytes(path)
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     if not raw.strip():
@@ -514,12 +514,12 @@ def read_squad(path, skip_bad_rows=False):
 
 
 def _race_files(path):
-    if os.path.isfile(path):
+    if files_layer.isfile(path):
         return [path]
-    if not os.path.isdir(path):
+    if not files_layer.isdir(path):
         raise UserError(f"{path}: no such file or directory.")
     files = []
-    for root, dirs, names in os.walk(path):
+    for root, dirs, names in files_layer.walk(path):
         dirs.sort()
         files.extend(os.path.join(root, n) for n in sorted(names)
                      if n.lower().endswith((".txt", ".json")) and not n.startswith("."))

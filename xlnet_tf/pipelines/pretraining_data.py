@@ -105,8 +105,7 @@ def build_pipeline(pipeline, paths, tokenizer, output_dir, settings, skip_bad_li
                | "shards" >> beam.Create([(b, s) for b in directions for s in range(settings["num_shards"])])
                | "spread shards" >> beam.Reshuffle()
                | "write records" >> beam.ParDo(_WriteShard(output_dir, settings), beam.pvalue.AsList(chunks)))
-    tokenizer_info = {"vocab_size": tokenizer.vocab_size, "spm_model": settings["spm_model"],
-                      "lower_case": tokenizer.lower_case}
+    tokenizer_info = pretraining.tokenizer_info(tokenizer, settings["spm_model"])
     (pipeline
      | "after all shards" >> beam.Create([None])
      | "metadata" >> beam.Map(_finish, beam.pvalue.AsList(written), beam.pvalue.AsList(chunks), output_dir,
@@ -125,6 +124,7 @@ def create_pretraining_data_beam(input_files, spm_model, output_dir, options, se
     tokenizer = pretraining.load_tokenizer(files, spm_model, lower_case)
     output_dir = str(output_dir)
     pretraining.prepare_output_dir(files, output_dir)
+    pretraining.write_spm_copy(files, output_dir, tokenizer.model_bytes)
     settings = {"seq_len": seq_len, "reuse_len": reuse_len, "num_shards": num_shards, "seed": seed,
                 "bi_data": bool(bi_data), "spm_model": spm_model}
     try:

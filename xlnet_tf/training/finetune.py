@@ -8,12 +8,10 @@ import dataclasses
 import json
 import logging
 import math
-import os
-import shutil
 
 import numpy as np
 
-from xlnet_tf import metrics
+from xlnet_tf import files, metrics
 from xlnet_tf.config import RunOptions, XLNetConfig
 from xlnet_tf.errors import UserError
 from xlnet_tf.hardware import precision_policy
@@ -132,8 +130,7 @@ def load_task_data(task, path, tokenizer, max_seq_len, label_list=None, is_train
             examples, tokenizer, max_seq_len, doc_stride, max_query_len, is_training=is_training
         )
         features = dict(features, start_positions=features["start_position"], end_positions=features["end_position"])
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
+        raw = json.loads(files.read_text(path))  # read_squad has checked it
         return TaskData(examples, features, {**report, **feature_report}, raw=raw)
     raise UserError(f"--task must be one of classification, regression, squad, race; got {task!r}")
 
@@ -272,12 +269,12 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
              "at width %d)", list(strata.widths), list(strata.counts), strata.positions_per_row / mean_length,
              width / mean_length, width)
 
-    os.makedirs(setup.model_dir, exist_ok=True)
-    setup.config.to_json(os.path.join(setup.model_dir, CONFIG_FILE))
-    with open(os.path.join(setup.model_dir, FINETUNE_FILE), "w", encoding="utf-8") as f:
-        json.dump(finetune_config, f, indent=2, sort_keys=True)
-    if os.path.abspath(setup.spm_model) != os.path.abspath(os.path.join(setup.model_dir, SPM_FILE)):
-        shutil.copy2(setup.spm_model, os.path.join(setup.model_dir, SPM_FILE))
+    files.makedirs(setup.model_dir)
+    setup.config.to_json(files.join(setup.model_dir, CONFIG_FILE))
+    files.write_json(files.join(setup.model_dir, FINETUNE_FILE), finetune_config)
+    spm_copy = files.join(setup.model_dir, SPM_FILE)
+    if files.absolute(setup.spm_model) != files.absolute(spm_copy):
+        files.copy(setup.spm_model, spm_copy)
 
     dtype = precision_policy(setup.mixed_precision, strategy)
     head = head_arguments(finetune_config)
@@ -296,24 +293,23 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
     records = trainer.train()
     results = None
     if setup.eval_file and not trainer.stopped_by_signal:
-        results = evaluate_model(trainer.model, finetune_config, setup.eval_file, tokenizer)
-        with open(os.path.join(setup.model_dir, EVAL_FILE), "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=2)
+        results = evaluate_model(trainer.model, finetune_config, setup.eval_file, tokenizer, strategy=strategy)
+        files.write_json(files.join(setup.model_dir, EVAL_FILE), results, sort_keys=False)
     return trainer, records, results
 
 
 # -- inference ------------------------------------------------------------------------------------------------
 
 
-def run_model(model, task, features, batch_size=32, boundaries=None):
+def run_model(model, task, features, batch_size=32, boundaries=None, strategy=None):
     """Outputs of `model` on every feature row (numpy, in row order), inference mode.
 
     Rows are batched by length bucket (`boundaries`, default: chosen from the rows' lengths; whole segments
     for a model reading long documents) and each batch is padded to its bucket's width; per-position outputs
     (SQuAD's `start_logits`) are returned padded back to max_seq_len with the head's masked value.
+    `strategy`: the model's distribution strategy (its variables were made under its scope); each batch is then
+    split across its replicas (`distributed_inference`), else the model runs on the default device.
     """
-    import tensorflow as tf
-
     from xlnet_tf.data import buckets
     from xlnet_tf.heads import MASKED
 
@@ -323,15 +319,11 @@ def run_model(model, task, features, batch_size=32, boundaries=None):
         segment_len = model.head_config.get("segment_len") if hasattr(model, "head_config") else None
         boundaries = buckets.auto_boundaries(lengths, max_seq_len, min_rows=batch_size,
                                              multiple=segment_len or buckets.PAD_MULTIPLE)
-    predict = getattr(model, "_inference_function", None)
-    if predict is None:  # one traced function per model, kept for later calls (shapes relax after the second)
-        predict = tf.function(lambda batch: model(batch, training=False), reduce_retracing=True)
-        model._inference_function = predict
+    predict = distributed_inference(model, strategy, batch_size)
     outputs = {}
     for bucket, rows in buckets.inference_batches(buckets.assign(lengths, boundaries), batch_size):
         batch = crop({k: features[k][rows] for k in INPUTS[task]}, boundaries[bucket], LEFT_PADDED[task])
         for key, value in predict(batch).items():
-            value = value.numpy()
             if key not in outputs:
                 shape = (max_seq_len,) if key in POSITION_OUTPUTS else value.shape[1:]
                 outputs[key] = np.full((len(lengths),) + tuple(shape), MASKED if key in POSITION_OUTPUTS else 0,
@@ -341,6 +333,45 @@ def run_model(model, task, features, batch_size=32, boundaries=None):
             else:
                 outputs[key][rows] = value
     return outputs
+
+
+def distributed_inference(model, strategy, batch_size):
+    """A function: batch dict of numpy [n, ...] (n <= batch_size) -> {output: numpy [n, ...]} from
+    `model(batch, training=False)`, traced once per batch shape and kept on the model.
+
+    Under a strategy with several replicas (or a TPU) the batch is padded to `batch_size` rounded up to a
+    multiple of the replicas (copies of its last row: every program sees one static shape per bucket), cut
+    into equal contiguous shares, one per replica, run by one `strategy.run`, and gathered back in order
+    (`strategy.gather`, so every worker of a multi-worker run gets every row)."""
+    import tensorflow as tf
+
+    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    on_tpu = strategy is not None and isinstance(strategy, tf.distribute.TPUStrategy)
+    cache = model.__dict__.setdefault("_inference_functions", {})
+    key = (id(strategy), batch_size) if replicas > 1 or on_tpu else None
+    if key not in cache:
+        if key is None:  # one traced function per model (shapes relax after the second)
+            call = tf.function(lambda batch: model(batch, training=False), reduce_retracing=True)
+            cache[key] = lambda batch: {k: v.numpy() for k, v in call(batch).items()}
+        else:
+            share = -(-batch_size // replicas)
+
+            @tf.function
+            def step(batch):
+                outputs = strategy.run(lambda part: model(part, training=False), args=(batch,))
+                return {k: strategy.gather(v, axis=0) for k, v in outputs.items()}
+
+            def run(batch):
+                count = len(next(iter(batch.values())))
+                padded = {k: np.concatenate([v, np.repeat(v[-1:], share * replicas - count, 0)])
+                          for k, v in batch.items()}
+                shares = strategy.experimental_distribute_values_from_function(
+                    lambda context: {k: v[context.replica_id_in_sync_group * share:][:share]
+                                     for k, v in padded.items()})
+                return {k: v.numpy()[:count] for k, v in step(shares).items()}
+
+            cache[key] = run
+    return cache[key]
 
 
 # Outputs with one value per position (SQuAD's right-padded windows): padded back to max_seq_len.
@@ -395,7 +426,7 @@ def _predictions(task, data, outputs, finetune_config):
     return [{"label": names[i], "label_id": int(i), "probabilities": p.tolist()} for i, p in zip(ids, probs)], None, None
 
 
-def _infer(model, finetune_config, path, tokenizer, batch_size):
+def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None):
     """(TaskData, model outputs) for a file, built as the fine-tuned model's config says."""
     doc_len = config_doc_len(finetune_config)
     data = load_task_data(finetune_config["task"], path, tokenizer, finetune_config["max_seq_len"],
@@ -406,13 +437,13 @@ def _infer(model, finetune_config, path, tokenizer, batch_size):
     if boundaries is not None and boundaries[-1] != data.features["input_ids"].shape[-1]:  # buckets end at the rows
         boundaries = None
     return data, run_model(model, finetune_config["task"], data.features, batch_size,
-                           None if boundaries is None else tuple(boundaries))
+                           None if boundaries is None else tuple(boundaries), strategy)
 
 
-def evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size=32):
-    """Task metrics of `model` on `eval_file`."""
+def evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size=32, strategy=None):
+    """Task metrics of `model` on `eval_file` (under `strategy`, when given: see `run_model`)."""
     task = finetune_config["task"]
-    data, outputs = _infer(model, finetune_config, eval_file, tokenizer, batch_size)
+    data, outputs = _infer(model, finetune_config, eval_file, tokenizer, batch_size, strategy)
     if task == "squad":
         _, answers, null = _predictions(task, data, outputs, finetune_config)
         results = metrics.squad_evaluate(data.raw, answers, na_probs=null)
@@ -432,7 +463,7 @@ def load_for_inference(model_dir):
     from xlnet_tf.tokenization import XLNetTokenizer
 
     model, finetune_config = load_finetuned(model_dir, dropout=0.0, dropatt=0.0)
-    tokenizer = XLNetTokenizer(os.path.join(model_dir, SPM_FILE), lower_case=finetune_config.get("lower_case", False))
+    tokenizer = XLNetTokenizer(files.join(model_dir, SPM_FILE), lower_case=finetune_config.get("lower_case", False))
     return model, finetune_config, tokenizer
 
 
@@ -449,15 +480,9 @@ def predict(model_dir, input_file, output_file, batch_size=32):
     task = finetune_config["task"]
     data, outputs = _infer(model, finetune_config, input_file, tokenizer, batch_size)
     rows, answers, null = _predictions(task, data, outputs, finetune_config)
-    tmp = output_file + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        if task == "squad":
-            json.dump(answers, f, ensure_ascii=False, indent=1)
-        else:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, output_file)
     if task == "squad":
-        with open(output_file + ".null_odds.json", "w", encoding="utf-8") as f:
-            json.dump(null, f, indent=1)
+        files.write_text(output_file, json.dumps(answers, ensure_ascii=False, indent=1))
+        files.write_text(output_file + ".null_odds.json", json.dumps(null, indent=1))
+    else:
+        files.write_text(output_file, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     return len(rows)

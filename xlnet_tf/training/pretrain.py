@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import os
 
+from xlnet_tf import files
 from xlnet_tf.config import MODEL_SIZES, RunOptions, XLNetConfig
 from xlnet_tf.errors import UserError
 from xlnet_tf.hardware import precision_policy
@@ -56,8 +55,6 @@ def run_pretraining(setup: PretrainingSetup, options, strategy):
     """Trains and returns the logged records. The model directory becomes a pretrained directory
     (`xlnet_config.json`, `spiece.model`, checkpoints/) that `XLNetPretrainer.from_pretrained` and
     `xlnet-tf finetune --init-checkpoint` read."""
-    import tensorflow as tf
-
     from xlnet_tf.data import pretraining
     from xlnet_tf.data.sampling import SamplingOptions
     from xlnet_tf.model import CONFIG_FILE, SPM_FILE, XLNetPretrainer
@@ -68,18 +65,18 @@ def run_pretraining(setup: PretrainingSetup, options, strategy):
         seq_len=metadata["seq_len"], reuse_len=metadata["reuse_len"], num_predict=setup.num_predict,
         objective=setup.objective,
     )
-    os.makedirs(setup.model_dir, exist_ok=True)
-    config_path = os.path.join(setup.model_dir, CONFIG_FILE)
-    if os.path.exists(config_path) and XLNetConfig.from_json(config_path) != setup.config:
+    files.makedirs(setup.model_dir)
+    config_path = files.join(setup.model_dir, CONFIG_FILE)
+    if files.exists(config_path) and XLNetConfig.from_json(config_path) != setup.config:
         raise UserError(f"{config_path} holds a different architecture than this run asks for")
     setup.config.to_json(config_path)
-    spm = metadata.get("spm_model")
-    if spm and tf.io.gfile.exists(spm) and not os.path.exists(os.path.join(setup.model_dir, SPM_FILE)):
-        tf.io.gfile.copy(spm, os.path.join(setup.model_dir, SPM_FILE))  # the data's model may be on gs://
-    with open(os.path.join(setup.model_dir, RUN_FILE), "w", encoding="utf-8") as f:
-        json.dump({"run_options": setup.run_options.to_dict(), "training": options.to_dict(),
-                   "sampling": dataclasses.asdict(sampling), "data_dir": setup.data_dir if "://" in setup.data_dir else os.path.abspath(setup.data_dir),
-                   "mixed_precision": setup.mixed_precision}, f, indent=2)
+    spm, spm_copy = metadata.get("spm_model"), files.join(setup.model_dir, SPM_FILE)
+    if spm and files.exists(spm) and not files.exists(spm_copy):
+        files.copy(spm, spm_copy)
+    files.write_json(files.join(setup.model_dir, RUN_FILE), {
+        "run_options": setup.run_options.to_dict(), "training": options.to_dict(),
+        "sampling": dataclasses.asdict(sampling), "data_dir": files.absolute(setup.data_dir),
+        "mixed_precision": setup.mixed_precision}, sort_keys=False)
 
     dtype = precision_policy(setup.mixed_precision, strategy)
 

@@ -69,6 +69,16 @@ def make_strategy(name="auto", tpu=None, cpu_devices=2):
     return tf.distribute.TPUStrategy(resolver)
 
 
+TPU_STEPS_PER_LOOP = 1000  # the original's --iterations on TPU
+STEPS_PER_LOOP = 10
+
+
+def default_steps_per_loop(strategy):
+    """Optimizer steps per host call when --steps-per-loop is not given: 1000 under TPUStrategy (every host
+    call is a round trip to the TPU host; the loop runs on the device), else 10 (a log line every 10 steps)."""
+    return TPU_STEPS_PER_LOOP if isinstance(strategy, tf.distribute.TPUStrategy) else STEPS_PER_LOOP
+
+
 def is_chief(strategy):
     """Whether this worker writes the shared model directory (always true outside multi-worker training)."""
     resolver = getattr(strategy, "cluster_resolver", None)

@@ -1,5 +1,6 @@
 """What a training run shows: a progress bar (or log lines off a terminal), TensorBoard scalars, a JSONL log
-and a PNG of the training curves, all under the model directory."""
+and a PNG of the training curves, all under the model directory (any filesystem: `xlnet_tf.files`; on an
+object store the JSONL log is uploaded at every `flush()`, i.e. every checkpoint, not at every line)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import os
 import sys
 
 import tensorflow as tf
+
+from xlnet_tf import files
 
 log = logging.getLogger(__name__)
 LOG_FILE = "train_log.jsonl"
@@ -25,8 +28,9 @@ class TrainingLog:
         self.writer = None
         if not enabled:
             return
-        os.makedirs(self.model_dir, exist_ok=True)
-        self.writer = tf.summary.create_file_writer(os.path.join(self.model_dir, name))
+        files.makedirs(self.model_dir)
+        self.writer = tf.summary.create_file_writer(files.join(self.model_dir, name))
+        self.lines = files.LineLog(files.join(self.model_dir, LOG_FILE))
         if sys.stderr.isatty():
             from tqdm import tqdm
 
@@ -41,8 +45,7 @@ class TrainingLog:
             for key, value in record.items():
                 if key != "step":
                     tf.summary.scalar(key, value)
-        with open(os.path.join(self.model_dir, LOG_FILE), "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        self.lines.write(record)
         speed, padded = record.get("tokens_per_sec"), record.get("padded_tokens_per_sec")
         text = f"loss {record['loss']:.4f} lr {record['learning_rate']:.2e} |g| {record['grad_norm']:.2f}"
         if speed:
@@ -58,20 +61,28 @@ class TrainingLog:
         else:
             log.info("step %d/%s %s", step, self.total_steps, text)
 
+    def flush(self):
+        """Makes everything written so far durable in the model directory (the trainer calls it at every
+        checkpoint)."""
+        if self.enabled:
+            self.writer.flush()
+            self.lines.flush()
+
     def close(self):
         if not self.enabled:
             return
         if self.bar is not None:
             self.bar.close()
         self.writer.flush()
-        plot_training_curves(os.path.join(self.model_dir, LOG_FILE), os.path.join(self.model_dir, CURVE_FILE))
+        self.lines.close()
+        plot_training_curves(files.join(self.model_dir, LOG_FILE), files.join(self.model_dir, CURVE_FILE))
 
 
 def read_log(path):
-    if not os.path.exists(path):
+    """The records of a JSONL training log (any filesystem); [] when there is none."""
+    if not files.exists(path):
         return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return [json.loads(line) for line in files.read_text(path).splitlines() if line.strip()]
 
 
 def plot_training_curves(log_path, png_path, title="training"):
