@@ -7,9 +7,41 @@ Layout written (``export_base`` is ``BASE/NAME``, TF Serving's ``--model_base_pa
                         assets.extra/tf_serving_warmup_requests   PredictionLog records (TFRecord)
                         assets.extra/xlnet_export.json            what was exported (task, labels, shapes)
 
-The version is written to a temporary directory inside ``BASE/NAME`` whose name starts with ``.tmp-``
-(TF Serving only loads all-digit names), checked (ops allowlist), then renamed into place, so a polling
-server never sees a half-written version. An existing version is never overwritten.
+``BASE/NAME`` is a local folder or a URL (``gs://bucket/exports/name``; ``ram://`` in the tests), read and
+written through ``xlnet_tf.files``. The version is built and checked (ops allowlist) in a local staging
+directory, then published; an existing version is never overwritten. What a server polling ``BASE/NAME``
+(TensorFlow Serving, or ``xlnet-tf serve``) can see:
+
+* local ``BASE/NAME``: the staging directory is inside it, named ``.tmp-xlnet-export-*`` (both servers
+  load only all-digit names), and one ``rename`` publishes it: the version appears whole or not at all, for
+  both servers.
+* remote ``BASE/NAME`` (gs://): staging is under the system's temporary folder. An object store has no
+  directory rename (a "rename" is a copy object by object), so ``files.publish_tree`` copies the files one by
+  one and ``saved_model.pb`` LAST. On GCS (and S3) an object becomes visible only once it is complete, and
+  listings and reads are strongly consistent, so whoever finds ``saved_model.pb`` finds every file of the
+  version.
+
+  - ``xlnet-tf serve`` ignores a version directory until its ``saved_model.pb`` exists: it never loads nor
+    reports a partial version, and loads the version at its first poll after the copy.
+  - TensorFlow Serving (file_system_storage_path_source.cc) aspires every child of the base path whose name
+    parses as a number as soon as any object under it exists, without looking inside: it starts loading the
+    partial version at its next poll (GetModelStatus: LOADING; the served version keeps serving,
+    availability preserving). The load fails with NOT_FOUND ("Specified file path does not appear to contain
+    a SavedModel bundle (should have a file called `saved_model.pb`)") and is retried
+    ``--max_num_load_retries`` times (default 5), ``--load_retry_interval_micros`` apart (default 60 s), each
+    try reading the directory afresh: it can never load half of a version, and it loads the version at the
+    first retry after ``saved_model.pb`` lands (up to a minute later by default; with the default
+    ``--num_load_threads=0`` the retries run in the manager's own loop, so other versions' loads and unloads
+    wait meanwhile). A copy that takes longer than the retries (5 minutes by default) leaves the version in
+    error (GetModelStatus: END with that error) and TensorFlow Serving does not try it again
+    (``enable_reload_servables_with_error`` is not a flag of ``tensorflow_model_server``) until it restarts or
+    the version stops and starts being aspired; the previous version keeps serving. For large exports or
+    slow links, raise the two flags, or serve a ``specific`` version policy and switch it by a config reload
+    once the copy has finished.
+
+  Two exports publishing the same version of one remote base at the same time are not detected (object
+  stores have no atomic create-if-absent through tf.io.gfile); a copy that fails midway is removed (best
+  effort: a leftover has no ``saved_model.pb``, so neither server ever loads it, but it takes its number).
 
 Signatures (B = batch, L = max_seq_len, T = the request's width: its longest row rounded up to a multiple of
 8, at most L; every input is required, every output has B first):
@@ -56,6 +88,7 @@ import os
 import shutil
 import tempfile
 
+from xlnet_tf import files
 from xlnet_tf.errors import UserError
 
 WARMUP_FILE = "tf_serving_warmup_requests"
@@ -70,10 +103,13 @@ _WARMUP_TEXTS = [
 ]
 
 
+SAVED_MODEL_FILE = "saved_model.pb"  # published last on remote bases: a version without it is not loadable
+
+
 def _versions(export_base):
-    if not os.path.isdir(export_base):
+    if not files.isdir(export_base):
         return []
-    return sorted(int(name) for name in os.listdir(export_base) if name.isdigit())
+    return sorted(int(name) for name in files.listdir(export_base) if name.isdigit())
 
 
 def next_version(export_base):
@@ -96,8 +132,8 @@ def _resolve_version(export_base, version):
 
 
 def _check_free(export_base, version):
-    target = os.path.join(export_base, str(version))
-    if os.path.lexists(target):
+    target = files.join(export_base, str(version))
+    if files.exists(target) if files.is_remote(target) else os.path.lexists(target):
         raise UserError(f"{target} already exists: an exported version is never overwritten "
                         f"(pick another --version, or omit it for the next free one, "
                         f"{next_version(export_base)})")
@@ -168,6 +204,21 @@ def set_method_names(export_dir, methods):
         fingerprinting_utils.write_fingerprint(export_dir)
 
 
+def _publish_remote(staging, target):
+    """Copies the local ``staging`` directory to the remote ``target``, ``saved_model.pb`` last (see the
+    module docstring); a copy that fails midway is removed (best effort)."""
+    if files.exists(target):  # publish_tree refuses it too: checked here so that a refusal removes nothing
+        raise UserError(f"{target} already exists: an exported version is never overwritten")
+    try:
+        files.publish_tree(staging, target, last=(SAVED_MODEL_FILE,))
+    except BaseException:
+        try:
+            files.rmtree(target)
+        except Exception:  # noqa: BLE001 - the copy's own error is the one to report
+            pass
+        raise
+
+
 def _signature_summary(signatures):
     out = {}
     for name, fn in signatures.items():
@@ -183,7 +234,8 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
     Args:
       model_dir: a fine-tuned directory (``finetune_config.json``, ``xlnet_config.json``, checkpoint,
         ``spiece.model``), as written by ``xlnet-tf finetune``.
-      export_base: ``BASE/NAME``; the export goes to ``BASE/NAME/<version>/``.
+      export_base: ``BASE/NAME``, a local folder or a URL (gs://...); the export goes to
+        ``BASE/NAME/<version>/`` (see the module docstring for how it is published).
       version: a non-negative integer; default: one more than the highest existing version (1 first).
       max_seq_len: L, the longest input of every signature (default: the ``max_seq_len`` the model was
         fine-tuned with); requests are padded to their own longest row.
@@ -196,7 +248,8 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
     """
     from xlnet_tf.heads import read_finetune_config
 
-    model_dir, export_base = os.fspath(model_dir), os.path.abspath(os.fspath(export_base))
+    model_dir, export_base = os.fspath(model_dir), files.absolute(os.fspath(export_base))
+    remote = files.is_remote(export_base)
     finetune_config = read_finetune_config(model_dir)  # fails early on a directory that is not fine-tuned
     version = _resolve_version(export_base, version)
     _check_free(export_base, version)
@@ -228,8 +281,11 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
     else:
         root, signatures = build_serving_module(model, tokenizer, finetune_config, length)
 
-    os.makedirs(export_base, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=export_base)
+    if remote:  # built locally, then copied file by file (saved_model.pb last)
+        staging = tempfile.mkdtemp(prefix=TMP_PREFIX)
+    else:  # built inside the base: one atomic rename publishes it
+        os.makedirs(export_base, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=export_base)
     try:
         tf.saved_model.save(root, staging, signatures=signatures)
         if not reusable and task in EXAMPLE_SIGNATURES:
@@ -237,7 +293,7 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
         extra = os.path.join(staging, "assets.extra")
         os.makedirs(extra, exist_ok=True)
         if not reusable:
-            write_warmup(os.path.join(extra, WARMUP_FILE), os.path.basename(export_base), task, finetune_config)
+            write_warmup(os.path.join(extra, WARMUP_FILE), files.basename(export_base), task, finetune_config)
         metadata = {
             "kind": "reusable_encoder" if reusable else "serving",
             "task": task, "max_seq_len": length, "version": version,
@@ -257,16 +313,19 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
         bad = ops.disallowed_ops(staging)
         if bad:
             raise UserError(f"the exported graph uses ops that TensorFlow Serving does not link: {sorted(bad)}")
-        umask = os.umask(0)
-        os.umask(umask)
-        for folder, dirs, files in os.walk(staging):  # mkdtemp made it 0700: readable by the server too
-            os.chmod(folder, 0o777 & ~umask)
         target = _check_free(export_base, version)
-        try:
-            os.rename(staging, target)  # fails on an existing non-empty directory: never overwrites
-        except OSError as error:
-            raise UserError(f"{target}: could not publish the export ({error}); it may have been created "
-                            f"meanwhile") from None
+        if remote:
+            _publish_remote(staging, target)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            for folder, _, _ in os.walk(staging):  # mkdtemp made it 0700: readable by the server too
+                os.chmod(folder, 0o777 & ~umask)
+            try:
+                os.rename(staging, target)  # fails on an existing non-empty directory: never overwrites
+            except OSError as error:
+                raise UserError(f"{target}: could not publish the export ({error}); it may have been created "
+                                f"meanwhile") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

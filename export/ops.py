@@ -15,6 +15,7 @@ not link. Older TF Serving builds bundle fewer TF Text ops than a current ``tens
 ``saved_model_ops(path)`` lists the ops of ``path/saved_model.pb`` (the graphs' nodes AND every function
 of their function libraries, so nothing hides inside a ``tf.function``); ``disallowed_ops(path)`` the
 ones outside ``ALLOWED_OPS``. ``export_model`` refuses to publish an export for which it is not empty.
+``path`` may be a local path or a URL (gs://...): it is read through ``xlnet_tf.files``.
 """
 
 import os
@@ -65,11 +66,12 @@ ALLOWED_OPS = CORE_OPS | TF_TEXT_OPS
 def _read_saved_model(path):
     from tensorflow.core.protobuf import saved_model_pb2
 
-    path = os.fspath(path)
-    pb = os.path.join(path, "saved_model.pb") if os.path.isdir(path) else path
+    from xlnet_tf import files
+
+    path = os.fspath(path)  # a local path or a URL (gs://...): read through the file layer
+    pb = files.join(path, "saved_model.pb") if files.isdir(path) else path
     saved = saved_model_pb2.SavedModel()
-    with open(pb, "rb") as f:
-        saved.ParseFromString(f.read())
+    saved.ParseFromString(files.read_bytes(pb))
     return saved
 
 

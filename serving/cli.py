@@ -31,15 +31,18 @@ def _size(text):
 
 def add_serve_arguments(parser):
     models = parser.add_argument_group("models (one of)")
-    models.add_argument("--model-base-path", help="BASE/NAME: directory of integer version directories")
+    models.add_argument("--model-base-path",
+                        help="BASE/NAME: directory of integer version directories, local or a URL (gs://...); "
+                             "a version is loaded once its saved_model.pb exists")
     models.add_argument("--model-name", help="name clients use (default: the base path's last component)")
-    models.add_argument("--model-config-file", help="ModelServerConfig text proto (model_config_list)")
+    models.add_argument("--model-config-file",
+                        help="ModelServerConfig text proto (model_config_list), local or a URL (gs://...)")
     parser.add_argument("--port", type=int, default=8500, help="gRPC port (0: any free port)")
     parser.add_argument("--rest-api-port", type=int, default=8501,
                         help="REST port (0: any free port, -1: no REST)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     parser.add_argument("--enable-batching", action="store_true", help="server-side batching")
-    parser.add_argument("--batching-parameters-file", help="BatchingParameters text proto")
+    parser.add_argument("--batching-parameters-file", help="BatchingParameters text proto, local or a URL")
     parser.add_argument("--poll-interval", type=float, default=1.0,
                         help="seconds between looks for new model versions (TF Serving: file_system_poll_wait_seconds)")
     parser.add_argument("--max-request-bytes", type=_size, default="64MB",

@@ -16,7 +16,22 @@ import os
 
 from google.protobuf import text_format
 
+from xlnet_tf import files
 from xlnet_tf.errors import UserError
+
+
+def read_config_file(path, flag):
+    """The text of a configuration file: a local path or a URL (gs://...), read through `xlnet_tf.files` as
+    TensorFlow Serving reads its files through TensorFlow's Env. A missing URL is a UserError naming the flag
+    (a missing local file raises FileNotFoundError, as before)."""
+    path = os.fspath(path)
+    if files.is_remote(path) and not files.exists(path):
+        raise UserError(f"{flag} {path}: not found")
+    try:
+        return files.read_text(path)
+    except UnicodeDecodeError as error:
+        raise UserError(f"{flag} {path}: not UTF-8 ({error})") from None
+
 
 # --- BatchingParameters -------------------------------------------------------------------------------
 
@@ -157,8 +172,8 @@ def load_batching_config(path=None, overrides=None) -> BatchingConfig:
     if path is None:
         config = BatchingConfig()
     else:
-        with open(path, encoding="utf-8") as handle:
-            config = batching_config_from_proto(parse_batching_parameters(handle.read(), path), path)
+        text = read_config_file(path, "--batching-parameters-file")
+        config = batching_config_from_proto(parse_batching_parameters(text, path), path)
     if overrides:
         config = dataclasses.replace(config, **overrides).validate()
     return config
@@ -232,7 +247,6 @@ def model_entries_from_proto(message, where="model config"):
 
 
 def load_model_config(path):
-    """[ModelEntry] from a `--model_config_file`."""
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
+    """[ModelEntry] from a `--model_config_file` (a local path or a URL)."""
+    text = read_config_file(path, "--model-config-file")
     return model_entries_from_proto(parse_model_server_config(text, path), path)

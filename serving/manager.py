@@ -1,8 +1,10 @@
 """Model versions on disk -> loaded servables, like TensorFlow Serving's file-system source and manager.
 
 Each model has a base path holding version directories named by integers (`BASE/1`, `BASE/00002`); any
-other name (e.g. an exporter's `.tmp-...` directory) is ignored. A poller (every `poll_interval` seconds)
-lists the base paths and applies each model's version policy (latest N, all, specific):
+other name (e.g. an exporter's `.tmp-...` directory) is ignored. Base paths are local folders or URLs
+(`gs://...`, `ram://...`), read through `xlnet_tf.files` (tf.io.gfile for URLs), as TensorFlow Serving reads
+them through TensorFlow's Env. A poller (every `poll_interval` seconds) lists the base paths and applies each
+model's version policy (latest N, all, specific):
 
 * a new aspired version is loaded (state LOADING), its warmup requests
   (`assets.extra/tf_serving_warmup_requests`) are replayed, and only then is it AVAILABLE and routed to;
@@ -13,9 +15,16 @@ lists the base paths and applies each model's version policy (latest N, all, spe
   last request (the poller goes on loading and retiring other versions meanwhile);
 * only at shutdown (`stop`) is a version closed under running requests, after `drain_timeout` seconds: the
   log says how many were cut off;
-* a load that fails (e.g. a directory still being copied) is retried on later polls, at most
-  `max_load_retries` times for unchanged files; the directory's files (names, sizes, mtimes) are compared
-  before and after the load, and a load of files that changed meanwhile is thrown away and retried;
+* a version directory is ignored until it holds its `saved_model.pb` (or `saved_model.pbtxt`), non-empty:
+  the file the exporter publishes last (`files.publish_tree`), so on a bucket (gs://, where a directory
+  "rename" is a copy object by object) a version still being copied is neither loaded nor reported
+  (GetModelStatus: not found) -- TensorFlow Serving lists it at once and its load fails and is retried, see
+  serving/README.md. A directory seen complete is not checked again while it stays listed (each check is a
+  request on an object store);
+* a load that fails (e.g. a directory copied with `saved_model.pb` before its variables) is retried on later
+  polls, at most `max_load_retries` times for unchanged files; the directory's files (names, sizes, mtimes)
+  are compared before and after the load, and a load of files that changed meanwhile is thrown away and
+  retried;
 * a base path with no version directory leaves the loaded versions serving;
 * `reload(entries)` (gRPC `ModelService.HandleReloadConfigRequest`) replaces the served models: a new model
   (or one whose base path changed) is loaded before requests are routed to it, a kept model takes its new
@@ -34,6 +43,8 @@ import re
 import threading
 import time
 
+from xlnet_tf import files
+
 from . import errors
 from .servable import Servable
 
@@ -44,23 +55,72 @@ _VERSION_DIR = re.compile(r"^\d+$")
 START, LOADING, AVAILABLE, UNLOADING, END = "START", "LOADING", "AVAILABLE", "UNLOADING", "END"
 
 
-def list_versions(base_path):
-    """{version: directory} of the integer-named directories under base_path ({} if it is missing)."""
-    found = {}
+SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")  # what TensorFlow's loader reads (either)
+
+
+def is_complete(version_dir):
+    """Whether a version directory holds its SavedModel file (`saved_model.pb` or `.pbtxt`, non-empty), the
+    file an export publishes last: TensorFlow's `MaybeSavedModelDirectory` test, plus the size (`ram://` shows
+    a file while it is written; a bucket shows an object only once its upload is complete)."""
+    for name in SAVED_MODEL_FILES:
+        info = files.stat(files.join(version_dir, name))
+        if info is not None and not info.is_dir and info.length > 0:
+            return True
+    return False
+
+
+def _numeric_children(base_path):
+    """[(name, path)] of the integer-named directories under base_path ([] if it is missing)."""
+    base_path = os.fspath(base_path)
+    if not files.is_remote(base_path):
+        try:
+            entries = list(os.scandir(base_path))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [(e.name, e.path) for e in entries if _VERSION_DIR.match(e.name) and e.is_dir()]
+    import tensorflow as tf
+
     try:
-        entries = list(os.scandir(base_path))
-    except (FileNotFoundError, NotADirectoryError):
-        return found
-    for entry in entries:
-        if _VERSION_DIR.match(entry.name) and entry.is_dir():
-            found.setdefault(int(entry.name), entry.path)
+        names = files.listdir(base_path)  # object stores: "1/" for a prefix, stripped
+    except tf.errors.NotFoundError:
+        return []
+    # Not a directory test per name (one request each): a name that is a file has no saved_model.pb inside.
+    return [(name, files.join(base_path, name)) for name in names if _VERSION_DIR.match(name)]
+
+
+def list_versions(base_path, known=None):
+    """{version: directory} of the integer-named directories under base_path that hold their SavedModel file
+    (`is_complete`); {} if base_path is missing. `known`: a set of directories already found complete, not
+    checked again; it is updated (and forgets those no longer listed)."""
+    found = {}
+    listed = _numeric_children(base_path)
+    for name, path in listed:
+        if int(name) in found:
+            continue
+        if known is not None and path in known:
+            found[int(name)] = path
+        elif is_complete(path):
+            found[int(name)] = path
+            if known is not None:
+                known.add(path)
+    if known is not None:
+        known.intersection_update(path for _, path in listed)
     return found
 
 
 def _fingerprint(path):
+    """The files of a version directory with their sizes and mtimes (a tuple; compared before and after a
+    load)."""
+    path = os.fspath(path)
     items = []
-    for root, _, files in os.walk(path):
-        for name in files:
+    if files.is_remote(path):
+        for name in files.walk_files(path):
+            info = files.stat(files.join(path, name))
+            if info is not None:
+                items.append((name, info.length, info.mtime_ns))
+        return tuple(sorted(items))
+    for root, _, names in os.walk(path):
+        for name in names:
             full = os.path.join(root, name)
             try:
                 stat = os.stat(full)
@@ -112,6 +172,7 @@ class ServedModel:
         self.labels = dict(entry.labels)
         self.manager = manager
         self.versions = {}  # version -> VersionState
+        self.complete = set()  # version directories found holding their saved_model.pb (list_versions)
         self._cond = threading.Condition()
 
     # -- routing --------------------------------------------------------------------------------------
@@ -181,7 +242,7 @@ class ServedModel:
 
     def reconcile(self):
         """One poll: load new aspired versions (with warmup), then unload those no longer aspired."""
-        on_disk = list_versions(self.entry.base_path)
+        on_disk = list_versions(self.entry.base_path, self.complete)
         if not on_disk:
             if not self.versions:
                 self.manager.note_once(self.name, f"no version directory under {self.entry.base_path} yet")

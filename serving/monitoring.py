@@ -66,9 +66,10 @@ def load_monitoring_config(path):
     """A MonitoringConfig text proto file -> the Prometheus path to serve, or None when it is not enabled."""
     from google.protobuf import text_format
 
+    from .config import read_config_file
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        text = read_config_file(path, "--monitoring-config-file")
     except OSError as error:
         raise UserError(f"--monitoring-config-file {path}: {error.strerror}") from None
     message = _declare_monitoring_config()()

@@ -207,10 +207,10 @@ class Servable:
         classify_log and regress_log records are replayed; others (multi_inference_log, session_run_log) are
         skipped with a warning.
         """
-        import os
+        from xlnet_tf import files
 
-        path = os.path.join(self.path, WARMUP_FILE)
-        if not os.path.exists(path):
+        path = files.join(self.path, WARMUP_FILE)
+        if not files.exists(path):  # the version's directory may be a URL (gs://...)
             return 0
         import tensorflow as tf
         from tensorflow_serving.apis import prediction_log_pb2

@@ -9,6 +9,7 @@ from concurrent import futures
 
 import grpc
 
+from xlnet_tf import files
 from xlnet_tf.errors import UserError
 
 from .batching import BatchScheduler
@@ -187,8 +188,9 @@ def serve(model_base_path=None, model_name=None, model_config_file=None, port=85
           validate_utf8=True, session_config=None, monitoring_config_file=None) -> ModelServer:
     """A TensorFlow-Serving-compatible server for SavedModels (call `.start()` on it, or use `with`).
 
-    Models: `model_base_path` (a directory of integer version directories) with `model_name` (default:
-    the base path's last component), or `model_config_file` (a ModelServerConfig text proto). Ports: 0
+    Models: `model_base_path` (a directory of integer version directories, local or a URL such as
+    gs://bucket/exports/name) with `model_name` (default: the base path's last component), or
+    `model_config_file` (a ModelServerConfig text proto, local or a URL; its base paths likewise). Ports: 0
     picks a free port; `rest_api_port=None` turns REST off. Batching: `enable_batching` with
     `batching_parameters_file` (a BatchingParameters text proto) and/or `batching_parameters` (a dict of
     BatchingConfig fields overriding it). `poll_interval`: seconds between looks for new versions.
@@ -202,16 +204,17 @@ def serve(model_base_path=None, model_name=None, model_config_file=None, port=85
         entries = load_model_config(model_config_file)
     elif model_base_path:
         base = os.fspath(model_base_path)
-        name = model_name or os.path.basename(os.path.normpath(base))
+        name = model_name or files.basename(base if files.is_remote(base) else os.path.normpath(base))
         entries = [ModelEntry(name=name, base_path=base)]
     else:
         raise UserError("nothing to serve: give --model-base-path (with --model-name) or --model-config-file")
     for entry in entries:
-        if not os.path.isdir(entry.base_path):
+        if not files.isdir(entry.base_path):
             log.warning("model %s: base path %s does not exist (yet); its requests fail with "
                         "FAILED_PRECONDITION until a version appears", entry.name, entry.base_path)
         elif not list_versions(entry.base_path):
-            log.warning("model %s: no integer version directory under %s yet", entry.name, entry.base_path)
+            log.warning("model %s: no integer version directory holding a saved_model.pb under %s yet", entry.name,
+                        entry.base_path)
     batching = None
     if batching_parameters_file and not enable_batching:
         raise UserError("--batching-parameters-file needs --enable-batching")
