@@ -107,7 +107,7 @@ def train_steps(case, build_model, loss_fn, keys, model_kwargs=None, batch=None)
         seconds = time_iterations(step, case.warmup, case.iterations)
         peaks = {"peak_device_mb": peak_memory_mb(trainer.strategy).get("peak_device_memory_mb"),
                  "peak_tensor_mb": cpu_tensor_peak_mb()}
-    return {"seconds": seconds, "note": f"Trainer step{', XLA forward/backward' if case.xla else ''}",
+    return {"seconds": seconds, "note": f"Trainer step{', XLA replica step' if case.xla else ''}",
             "loss_first": losses[0], "loss_last": losses[-1], **{k: v for k, v in peaks.items() if v}}
 
 

@@ -218,7 +218,7 @@ def _beam_console(args):
 
 
 def _add_training_flags(parser, steps_required=True):
-    parser.add_argument("--model-dir", required=True, help="checkpoints, logs and the trained model go here")
+    parser.add_argument("--model-dir", required=True, help="checkpoints, logs and the trained model go here (a local folder or gs://...)")
     parser.add_argument("--train-steps", type=int, required=steps_required, help="optimizer steps in all")
     parser.add_argument("--batch-size", type=int, default=32, help="global batch (all replicas), per micro-batch")
     parser.add_argument("--learning-rate", type=float, default=1e-4)
@@ -237,7 +237,8 @@ def _add_training_flags(parser, steps_required=True):
                                       "auto; default: $TPU_NAME)")
     parser.add_argument("--cpu-devices", type=int, default=2, help="logical CPU devices for --strategy mirrored without GPUs")
     parser.add_argument("--mixed-precision", choices=["bfloat16"], help="bfloat16 compute, float32 weights")
-    parser.add_argument("--jit-compile", action="store_true", help="compile the forward/backward pass with XLA")
+    parser.add_argument("--jit-compile", action="store_true", help="compile the whole replica step (forward, backward, "
+                        "accumulation, all-reduce, clipping, AdamW) with XLA (one device, GPUs, TPUs)")
     parser.add_argument("--deterministic", action="store_true", help="deterministic TensorFlow ops")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dropout", type=float, default=0.1)
@@ -406,7 +407,8 @@ def build_parser():
 
     export = commands.add_parser("export", help="a fine-tuned model -> SavedModel with built-in tokenization")
     export.add_argument("--model-dir", required=True, help="a fine-tuned model directory")
-    export.add_argument("--export-base", required=True, metavar="BASE/NAME", help="writes BASE/NAME/<version>/")
+    export.add_argument("--export-base", required=True, metavar="BASE/NAME", help="writes BASE/NAME/<version>/ (local, or gs://...: copied file by file, "
+                                     "saved_model.pb last)")
     export.add_argument("--version", type=int, help="default: the next free integer")
     export.add_argument("--max-seq-len", type=int, help="default: the model's max_seq_len")
     export.add_argument("--reusable", action="store_true",
@@ -489,7 +491,8 @@ def build_parser():
     for name, command in commands.choices.items():
         for leaf in sources.choices.values() if command is convert else [command]:  # convert: on hf / official
             leaf.add_argument("--verbose", action="store_true", help="show other libraries' logs on the console "
-                              "too" + (f" (they always go to {where[name]})" if name in where else ""))
+                              "too" + (f" (they always go to {where[name]}; a local file under $TMPDIR/xlnet-tf-logs when "
+                                     "that folder is remote)" if name in where else ""))
     return parser
 
 

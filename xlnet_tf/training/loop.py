@@ -1,14 +1,17 @@
 """The one custom training loop (pretraining and fine-tuning) on any tf.distribute strategy.
 
-One `tf.function` runs `steps_per_loop` optimizer steps per host call, as TPU training does. Each step reads
-`grad_accum_steps` per-replica batches, carries Transformer-XL memory from batch to batch, all-reduces the
-gradients, clips them by their global norm and applies AdamW. Checkpoints (model, optimizer, step, memory)
-are written every `save_every` steps, on exit and on SIGTERM; rerunning resumes where the last one stopped.
+One `tf.function` runs `steps_per_loop` optimizer steps per host call, as TPU training does. An optimizer step is
+one `strategy.run` (one replicated program on a TPU): each replica takes its `grad_accum_steps` micro-batches,
+carries Transformer-XL memory from micro-batch to micro-batch, accumulates the gradients, all-reduces them (and
+the loss) once, clips them by their global norm and applies AdamW; with `jit_compile` that whole replica step is
+one XLA function. Checkpoints (model, optimizer, step, dropout state, memory) are written every `save_every`
+steps, on exit and on SIGTERM; rerunning resumes where the last one stopped.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
 import os
 import shutil
@@ -20,6 +23,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from xlnet_tf import files
 from xlnet_tf.errors import UserError
 from xlnet_tf.hardware import peak_memory_mb
 from xlnet_tf.training import strategies
@@ -42,6 +46,10 @@ class TrainingOptions:
     learning_rate: peak rate of a linear warm-up over `warmup_steps`, then linear decay to
     `end_lr_ratio * learning_rate` at `train_steps`. layer_decay: layer-wise learning-rate decay (1 = off).
     clip_norm: gradients are clipped by this global norm (0 = off). save_every: checkpoint period in steps.
+    steps_per_loop: optimizer steps per host call (one compiled loop; logs and checkpoints happen between
+    calls). 10 suits CPUs and GPUs; on TPUs, where every host call is a round trip to the TPU host, use a few
+    hundred (the original XLNet ran 1000 per call). jit_compile: the whole replica step is one XLA function
+    (one device, GPUs, TPUs; not several CPU replicas).
     """
 
     train_steps: int
@@ -72,6 +80,13 @@ class TrainingOptions:
 
     def to_dict(self):
         return dataclasses.asdict(self)
+
+
+def _merges_across_devices(strategy):
+    """Whether the strategy's replica-context all-reduce is a merge_call (MirroredStrategy over CPUs), which cannot
+    run inside an XLA function; on GPUs under XLA it is a collective op, and TPUs compile the replica step anyway."""
+    mirrored = isinstance(strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy))
+    return mirrored and not all("GPU" in device.upper() for device in strategy.extended.worker_devices)
 
 
 class SingleStream:
@@ -119,6 +134,9 @@ class Trainer:
         if options.batch_size % replicas:
             raise UserError(f"--batch-size {options.batch_size} must be divisible by the {replicas} replicas")
         self.per_replica_batch = options.batch_size // replicas
+        if options.jit_compile and replicas > 1 and _merges_across_devices(strategy):
+            raise UserError("--jit-compile with several replicas needs GPUs or a TPU: MirroredStrategy's all-reduce "
+                            "over CPU devices cannot run inside an XLA function; drop --jit-compile")
         self.chief = strategies.is_chief(strategy)
         with strategy.scope():
             self.model = build_model()
@@ -136,10 +154,13 @@ class Trainer:
                 lr_multiplier=multiplier,
             )
             self.optimizer.build(self.model.trainable_variables)
-            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+            # Advanced inside the replica step, by the first replica (as keras' own `iterations`).
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
+                                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         run_options = getattr(self.model, "run_options", None)
         self.mem_len = getattr(run_options, "mem_len", 0)
-        # Dropout's random state (keras seed generators) is not among the weights; checkpoint it for exact resumes.
+        # Dropout's random state (keras seed generators, whose copies on every replica hold the same value; masks
+        # fold the replica in) is not among the weights: checkpoint it for exact resumes.
         weights = {id(v) for v in self.model.weights}
         random_state = [v.value for v in self.model.variables if id(v) not in weights]
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step,
@@ -147,7 +168,7 @@ class Trainer:
         directory = self.model_dir if self.chief else tempfile.mkdtemp(prefix="xlnet-tf-worker-")
         self._scratch = None if self.chief else directory
         self.manager = tf.train.CheckpointManager(
-            self.checkpoint, os.path.join(directory, CHECKPOINT_DIR), max_to_keep=options.keep_checkpoints,
+            self.checkpoint, files.join(directory, CHECKPOINT_DIR), max_to_keep=options.keep_checkpoints,
             step_counter=self.step, checkpoint_name="ckpt",
         )
         self._stop_signal = None
@@ -160,12 +181,13 @@ class Trainer:
         strategy, model, optimizer, options = self.strategy, self.model, self.optimizer, self.options
         variables = model.trainable_variables
         accumulate = options.grad_accum_steps
-        replicas = strategy.num_replicas_in_sync
         use_mems = self.mem_len > 0
 
         def forward_backward(batch, mems):
+            """(this replica's share of the step loss, its gradients (None for variables the loss does not reach),
+            the new memory) of one micro-batch: a dict, or a tuple of parts (length strata: one model call each)."""
             context = tf.distribute.get_replica_context()
-            parts = batch if isinstance(batch, tuple) else (batch,)  # length strata: one model call each
+            parts = batch if isinstance(batch, tuple) else (batch,)
             with tf.GradientTape() as tape:
                 memory = {"mems": mems} if use_mems else {}
                 loss_sum, weight = tf.constant(0.0), tf.constant(0.0)
@@ -174,43 +196,40 @@ class Trainer:
                     part_sum, part_weight = self.loss_fn(outputs, part)
                     loss_sum += tf.cast(part_sum, tf.float32)
                     weight += tf.cast(part_weight, tf.float32)
-                total_weight = context.all_reduce(tf.distribute.ReduceOp.SUM, weight)
+                # A count: no gradient flows back through this all-reduce.
+                total_weight = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.stop_gradient(weight))
                 loss = tf.math.divide_no_nan(loss_sum, total_weight) / accumulate
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                      for g in tape.gradient(loss, variables)]
             new_mems = outputs["new_mems"] if use_mems else mems
             return loss, grads, new_mems
 
-        if options.jit_compile:
-            forward_backward = tf.function(forward_backward, jit_compile=True)
-            self._compiled = forward_backward
-
-        def apply_gradients(grads, trained):
-            context = tf.distribute.get_replica_context()
-            grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)  # the exact global gradient
+        def replica_step(batches, mems):
+            """One optimizer step on one replica: `batches` its grad_accum_steps micro-batches (a tuple), `mems` its
+            memory (a list of [B, M, d], or empty) -> (step loss, global gradient norm), the same on every replica,
+            and the new memory."""
+            loss, grads = tf.constant(0.0), None
+            for batch in batches:
+                micro_loss, micro_grads, mems = forward_backward(batch, mems)
+                loss += micro_loss
+                grads = micro_grads if grads is None else [
+                    None if g is None else g + m for g, m in zip(grads, micro_grads)]
+            # Variables the loss does not reach (e.g. mask_emb when fine-tuning) are left alone.
+            kept = [i for i, g in enumerate(grads) if g is not None]
+            # The step's one all-reduce: the exact global gradient, and the loss with it.
+            loss, *grads = tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.SUM, [loss] + [grads[i] for i in kept])
             if options.clip_norm > 0:
                 grads, norm = tf.clip_by_global_norm(grads, options.clip_norm)
             else:
                 norm = tf.linalg.global_norm(grads)
-            # keras' optimizer all-reduces (sums) once more across replicas: hand it each replica's share.
-            optimizer.apply([g / replicas for g in grads], trained)
-            return norm
+            optimizer.apply(grads, [variables[i] for i in kept])
+            self.step.assign_add(1)
+            return loss, norm, mems
 
-        def add(a, b):
-            return [x + y for x, y in zip(a, b)]
-
-        def one_step(iterator, mems):
-            grads, step_loss, kept = None, tf.constant(0.0), None
-            for _ in range(accumulate):
-                loss, micro_grads, mems = strategy.run(forward_backward, args=(next(iterator), mems))
-                # Variables the loss does not reach (e.g. mask_emb when fine-tuning) are left alone.
-                kept = [i for i, g in enumerate(micro_grads) if g is not None]
-                micro_grads = [micro_grads[i] for i in kept]
-                grads = micro_grads if grads is None else strategy.run(add, args=(grads, micro_grads))
-                step_loss += strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
-            trained = [variables[i] for i in kept]
-            norm = strategy.run(lambda g: apply_gradients(g, trained), args=(grads,))
-            return step_loss, strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None), mems
+        if options.jit_compile:
+            replica_step = tf.function(replica_step, jit_compile=True)
+            self._compiled = replica_step
 
         @tf.function
         def train_loop(iterator, mems, num_steps):
@@ -218,8 +237,10 @@ class Trainer:
             norm = tf.constant(0.0)
             finite = tf.constant(True)
             for _ in tf.range(num_steps):
-                step_loss, norm, mems = one_step(iterator, mems)
-                self.step.assign_add(1)
+                batches = tuple(next(iterator) for _ in range(accumulate))
+                step_loss, norm, mems = strategy.run(replica_step, args=(batches, mems))
+                # Already all-reduced: every replica holds the same value; take the first local one.
+                step_loss, norm = (strategy.experimental_local_results(t)[0] for t in (step_loss, norm))
                 finite = tf.logical_and(finite, tf.logical_and(tf.math.is_finite(step_loss), tf.math.is_finite(norm)))
                 loss_total += step_loss
             return loss_total / tf.cast(num_steps, tf.float32), norm, finite, mems
@@ -249,38 +270,39 @@ class Trainer:
         return self.strategy.experimental_distribute_values_from_function(value_fn)
 
     def _mems_file(self, step):
-        return os.path.join(self.model_dir, CHECKPOINT_DIR, f"mems-{step}-worker{strategies.worker_id(self.strategy)}.npy")
+        return files.join(self.model_dir, CHECKPOINT_DIR,
+                          f"mems-{step}-worker{strategies.worker_id(self.strategy)}.npy")
 
     def _save(self, mems):
         step = int(self.step.numpy())
         if self.mem_len:
             per_layer = [np.stack([np.asarray(t, np.float32) for t in self.strategy.experimental_local_results(m)])
                          for m in mems]
-            path = self._mems_file(step)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path + ".tmp", "wb") as f:
-                np.save(f, np.stack(per_layer))
-            os.replace(path + ".tmp", path)
+            buffer = io.BytesIO()
+            np.save(buffer, np.stack(per_layer))
+            # Named by its step and written (whole) before the checkpoint's index, which is what makes a checkpoint
+            # visible: the checkpoint a run resumes from always finds the memory of that same step.
+            files.write_bytes(self._mems_file(step), buffer.getvalue())
         saved = self.manager.save(checkpoint_number=step)
-        if self.mem_len:  # drop memory files of checkpoints the manager no longer keeps
+        if self.mem_len:  # drop this worker's memory files of checkpoints the manager no longer keeps
             kept = {int(p.rsplit("-", 1)[1]) for p in self.manager.checkpoints}
-            folder = os.path.dirname(self._mems_file(step))
-            for name in os.listdir(folder):
-                if name.startswith("mems-") and int(name.split("-")[1]) not in kept:
-                    os.remove(os.path.join(folder, name))
+            folder, mine = files.dirname(self._mems_file(step)), f"-worker{strategies.worker_id(self.strategy)}.npy"
+            for name in files.listdir(folder):
+                if name.startswith("mems-") and name.endswith(mine) and int(name.split("-")[1]) not in kept:
+                    files.remove(files.join(folder, name))
         return saved
 
     # -- the host loop --------------------------------------------------------------------------------------
 
     def _restore(self):
-        latest = tf.train.latest_checkpoint(os.path.join(self.model_dir, CHECKPOINT_DIR))
+        latest = tf.train.latest_checkpoint(files.join(self.model_dir, CHECKPOINT_DIR))
         if latest is None:
             return None
         self.checkpoint.read(latest).assert_existing_objects_matched()
         step = int(self.step.numpy())
         log.info("resuming from %s (step %d)", latest, step)
-        if self.mem_len and os.path.exists(self._mems_file(step)):
-            return np.load(self._mems_file(step))
+        if self.mem_len and files.exists(self._mems_file(step)):
+            return np.load(io.BytesIO(files.read_bytes(self._mems_file(step))))
         if self.mem_len:
             log.warning("no saved memory for step %d: starting the memory from zeros", step)
         return None
@@ -290,7 +312,7 @@ class Trainer:
         return iter(self.strategy.distribute_datasets_from_function(lambda ctx: self.inputs.dataset(ctx, start_step)))
 
     def traced_programs(self):
-        """How many programs the training step was traced into: the XLA-compiled forward/backward's traces with
+        """How many programs the training step was traced into: the XLA-compiled replica step's traces with
         `jit_compile` (one XLA program each), else the host loop's."""
         return (self._compiled or self._train_loop).experimental_get_tracing_count()
 
@@ -314,6 +336,11 @@ class Trainer:
         iterator = self.data_iterator(start)
         mems = self.initial_mems(saved_mems)
         summary = TrainingLog(self.model_dir, enabled=self.chief, total_steps=options.train_steps, initial=start)
+
+        def checkpoint():
+            self._save(mems)
+            summary.flush()  # the log reaches an object store at every checkpoint
+
         previous = signal.signal(signal.SIGTERM, self._on_signal) if _main_thread() else None
         step = start
         records = []
@@ -345,12 +372,12 @@ class Trainer:
                 records.append(record)
                 summary.write(record)
                 if step % options.save_every == 0 or step >= options.train_steps:
-                    self._save(mems)
+                    checkpoint()
             if self._stop_signal is not None:
-                self._save(mems)
+                checkpoint()
                 log.warning("stopped by signal %d at step %d; rerun the same command to resume", self._stop_signal, step)
         except KeyboardInterrupt:
-            self._save(mems)
+            checkpoint()
             raise
         finally:
             summary.close()

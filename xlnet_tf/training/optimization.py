@@ -54,7 +54,13 @@ def layer_decay_multiplier(path, n_layer, decay):
 
 class XLNetAdamW(keras.optimizers.AdamW):
     """keras AdamW whose weight decay skips LayerNorm and biases (by variable path) and whose learning rate,
-    the decoupled weight-decay step included, is multiplied per variable by `lr_multiplier(path)`."""
+    the decoupled weight-decay step included, is multiplied per variable by `lr_multiplier(path)`.
+
+    Under a tf.distribute strategy, `apply` takes gradients already summed over the replicas: the training step
+    all-reduces once, before clipping by the global norm. (Keras 3's TensorFlow optimizer, called in a replica
+    context, would sum them again: `_backend_update_step` -> `_all_reduce_sum_gradients`, a
+    `ReplicaContext.all_reduce`; here that is the identity. It then updates every replica's copy of the
+    variables, `extended.update`, as before.)"""
 
     def __init__(self, *args, lr_multiplier=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -90,6 +96,9 @@ class XLNetAdamW(keras.optimizers.AdamW):
         index = self._get_variable_index(variable)
         adamw_update(_handle(variable), _handle(self._momentums[index]), _handle(self._velocities[index]),
                      tf.cast(gradient, dtype), alpha, decay_rate, beta_1, beta_2, tf.cast(self.epsilon, dtype))
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        return list(grads_and_vars)
 
     def _apply_weight_decay(self, variables):
         """Nothing here: `update_step` applies the decay in the same pass as the Adam update."""
