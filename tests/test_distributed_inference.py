@@ -1,5 +1,6 @@
-"""Evaluation and prediction after fine-tuning run under the training strategy: each batch split across the
-replicas by one `strategy.run`, gathered back in row order, equal to the model run on one device."""
+"""Evaluation and prediction run under a strategy (after fine-tuning: the training one; `evaluate` / `predict
+--strategy`): each batch split across the replicas by one `strategy.run`, gathered back in row order, equal to
+the model run on one device; a saved directory loaded under the strategy predicts what it predicts alone."""
 
 import subprocess
 import sys
@@ -16,7 +17,7 @@ SCRIPT = textwrap.dedent("""
     from xlnet_tf.heads import build_head_model
     from xlnet_tf.training import finetune
 
-    config = XLNetConfig(n_token=64, d_model=32, n_layer=2, n_head=4, d_head=8, d_inner=48)
+    config = XLNetConfig(n_token=200, d_model=32, n_layer=2, n_head=4, d_head=8, d_inner=48)
     with strategy.scope():
         model = build_head_model("classification", config, RunOptions(dropout=0.0, dropatt=0.0,
                                  initializer_range=0.3), num_labels=3)
@@ -38,16 +39,47 @@ SCRIPT = textwrap.dedent("""
     diff = float(np.max(np.abs(split["logits"] - alone["logits"])))
     print(f"RESULT replicas={strategy.num_replicas_in_sync} traced_runs={len(calls)} rows={len(split['logits'])} "
           f"diff={diff} spread={float(np.std(alone['logits'])):.3f}")
+
+    # `xlnet-tf predict --strategy mirrored`: a saved directory loaded under the strategy, vs one device.
+    import json, os, sys, pydoc_data.topics
+    from xlnet_tf.heads import save_finetuned
+    from xlnet_tf.tokenization import train_spm
+
+    work = sys.argv[1]
+    lines = [l.strip() for t in list(pydoc_data.topics.topics.values())[:40] for l in t.splitlines() if l.strip()]
+    with open(os.path.join(work, "corpus.txt"), "w") as f:
+        f.write("\\n".join(lines) + "\\n")
+    spm = train_spm(os.path.join(work, "corpus.txt"), os.path.join(work, "spiece"), 150, minloglevel=2)
+    finetune_config = {"task": "classification", "max_seq_len": 24, "lower_case": False, "spm_model": "spiece.model",
+                       "num_labels": 3, "label_names": ["a", "b", "c"], "pairs": False}
+    save_finetuned(model, os.path.join(work, "model"), finetune_config, extra_files=[spm])
+    with open(os.path.join(work, "rows.tsv"), "w") as f:
+        f.write("text_a\\n" + "".join(l[:rng.integers(5, 120)].replace("\\t", " ") + "\\n" for l in lines[:29]))
+    out = {}
+    for name, chosen in (("split", strategy), ("alone", None)):
+        path = os.path.join(work, name + ".jsonl")
+        finetune.predict(os.path.join(work, "model"), os.path.join(work, "rows.tsv"), path, 8, chosen)
+        out[name] = np.array([json.loads(l)["probabilities"] for l in open(path)])
+    print(f"PREDICT rows={len(out['split'])} diff={float(np.max(np.abs(out['split'] - out['alone'])))}")
 """)
 
 
-def test_evaluation_runs_under_the_strategy():
-    output = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
-    line = next((l for l in output.stdout.splitlines() if l.startswith("RESULT")), None)
+def _values(output, tag):
+    line = next((l for l in output.stdout.splitlines() if l.startswith(tag)), None)
     assert line, output.stdout[-2000:] + output.stderr[-3000:]
-    values = dict(item.split("=") for item in line.split()[1:])
+    return dict(item.split("=") for item in line.split()[1:])
+
+
+def test_evaluation_runs_under_the_strategy(tmp_path):
+    output = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True,
+                            timeout=300)
+    values = _values(output, "RESULT")
     print(f"mirrored on 2 logical CPUs, 37 rows in batches of 8 by length bucket: {values['rows']} rows back "
           f"(bound 37), logits vs one device max |diff| {float(values['diff']):.2e} (bound 1e-5; logits spread "
           f"{values['spread']}), strategy.run traced {values['traced_runs']} times (bound >= 1)")
     assert values["replicas"] == "2" and values["rows"] == "37" and int(values["traced_runs"]) >= 1
     assert float(values["diff"]) <= 1e-5 and float(values["spread"]) > 0.01
+    saved = _values(output, "PREDICT")
+    print(f"predict on a saved directory loaded under the strategy: {saved['rows']} rows (bound 29), "
+          f"probabilities vs one device max |diff| {float(saved['diff']):.2e} (bound 1e-6)")
+    assert saved["rows"] == "29" and float(saved["diff"]) <= 1e-6

@@ -182,7 +182,7 @@ def _with_steps(args, steps):
 def _evaluate(args):
     from xlnet_tf.training.finetune import evaluate
 
-    print(json.dumps(evaluate(args.model_dir, args.eval_file, args.batch_size), indent=2))
+    print(json.dumps(evaluate(args.model_dir, args.eval_file, args.batch_size, _inference_strategy(args)), indent=2))
 
 
 def _predict(args):
@@ -193,7 +193,7 @@ def _predict(args):
                                 f"with --model-dir (predicts one file in this process)")
         from xlnet_tf.training.finetune import predict
 
-        count = predict(args.model_dir, args.input, args.output, args.batch_size)
+        count = predict(args.model_dir, args.input, args.output, args.batch_size, _inference_strategy(args))
         print(f"wrote {count} predictions to {args.output}")
         return
     with _beam_console(args):
@@ -217,6 +217,20 @@ def _beam_console(args):
         yield
 
 
+def _add_strategy_flags(parser, what=""):
+    parser.add_argument("--strategy", default="auto", choices=["auto", "one_device", "mirrored", "multi_worker", "tpu"],
+                        help=f"tf.distribute strategy{what}")
+    parser.add_argument("--tpu", help="TPU name, grpc:// address, or 'local' on a TPU VM (with --strategy tpu or "
+                                      "auto; default: $TPU_NAME)")
+    parser.add_argument("--cpu-devices", type=int, default=2, help="logical CPU devices for --strategy mirrored without GPUs")
+
+
+def _inference_strategy(args):
+    from xlnet_tf.training.strategies import make_strategy
+
+    return make_strategy(args.strategy, tpu=args.tpu, cpu_devices=args.cpu_devices)
+
+
 def _add_training_flags(parser, steps_required=True):
     parser.add_argument("--model-dir", required=True, help="checkpoints, logs and the trained model go here (a local folder or gs://...)")
     parser.add_argument("--train-steps", type=int, required=steps_required, help="optimizer steps in all")
@@ -232,10 +246,7 @@ def _add_training_flags(parser, steps_required=True):
                              "never more than --save-every")
     parser.add_argument("--save-every", type=int, default=1000, help="checkpoint every this many steps")
     parser.add_argument("--keep-checkpoints", type=int, default=5)
-    parser.add_argument("--strategy", default="auto", choices=["auto", "one_device", "mirrored", "multi_worker", "tpu"])
-    parser.add_argument("--tpu", help="TPU name, grpc:// address, or 'local' on a TPU VM (with --strategy tpu or "
-                                      "auto; default: $TPU_NAME)")
-    parser.add_argument("--cpu-devices", type=int, default=2, help="logical CPU devices for --strategy mirrored without GPUs")
+    _add_strategy_flags(parser)
     parser.add_argument("--mixed-precision", choices=["bfloat16"], help="bfloat16 compute, float32 weights")
     parser.add_argument("--jit-compile", action="store_true", help="compile the whole replica step (forward, backward, "
                         "accumulation, all-reduce, clipping, AdamW) with XLA (one device, GPUs, TPUs)")
@@ -378,6 +389,7 @@ def build_parser():
     evaluate.add_argument("--model-dir", required=True)
     evaluate.add_argument("--eval-file", required=True)
     evaluate.add_argument("--batch-size", type=int, default=32)
+    _add_strategy_flags(evaluate, " (each batch split across its replicas)")
     evaluate.set_defaults(run=_evaluate)
 
     predict = commands.add_parser("predict", help="predictions of a fine-tuned model (JSONL; SQuAD: {id: answer}), "
@@ -398,6 +410,7 @@ def build_parser():
     predict.add_argument("--input-format", choices=["jsonl", "tsv", "csv", "tfrecord"],
                          help="--export-dir: the format of every input file (default: from each extension)")
     _add_runner_flag(predict, "with --export-dir; default DirectRunner, give it to pass Beam options")
+    _add_strategy_flags(predict, " for --model-dir (each batch split across its replicas)")
     predict.set_defaults(run=_predict)
 
     demo = commands.add_parser("demo", help="raw text -> pretraining -> fine-tuning -> export -> serving, on one machine")

@@ -13,9 +13,7 @@ assigned to an XLNetModel / XLNetPretrainer and saved with `save_pretrained`:
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 
 import numpy as np
 
@@ -255,8 +253,6 @@ def read_official(checkpoint_prefix, config):
 def read_official_head(checkpoint_prefix, max_seq_len=512):
     """The head of a published fine-tuned checkpoint (run_classifier / run_squad / run_race names) ->
     (weights by our variable path, finetune config), or ({}, None) for a pretrained checkpoint."""
-    import tensorflow as tf
-
     reader = files.checkpoint_reader(checkpoint_prefix)
     names = reader.get_variable_to_shape_map()
     weights = {}

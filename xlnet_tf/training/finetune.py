@@ -457,28 +457,35 @@ def evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size=32, 
     return results
 
 
-def load_for_inference(model_dir):
+def load_for_inference(model_dir, strategy=None):
+    """(model, finetune_config, tokenizer) of a fine-tuned directory; the model is built under `strategy`'s
+    scope when given (its variables on every replica)."""
+    import contextlib
+
     from xlnet_tf.heads import load_finetuned
     from xlnet_tf.model import SPM_FILE
     from xlnet_tf.tokenization import XLNetTokenizer
 
-    model, finetune_config = load_finetuned(model_dir, dropout=0.0, dropatt=0.0)
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        model, finetune_config = load_finetuned(model_dir, dropout=0.0, dropatt=0.0)
     tokenizer = XLNetTokenizer(files.join(model_dir, SPM_FILE), lower_case=finetune_config.get("lower_case", False))
     return model, finetune_config, tokenizer
 
 
-def evaluate(model_dir, eval_file, batch_size=32):
-    """`xlnet-tf evaluate`: metrics of a fine-tuned model directory on a labelled file."""
-    model, finetune_config, tokenizer = load_for_inference(model_dir)
-    return evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size)
+def evaluate(model_dir, eval_file, batch_size=32, strategy=None):
+    """`xlnet-tf evaluate`: metrics of a fine-tuned model directory on a labelled file (under `strategy`: see
+    `run_model`)."""
+    model, finetune_config, tokenizer = load_for_inference(model_dir, strategy)
+    return evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size, strategy)
 
 
-def predict(model_dir, input_file, output_file, batch_size=32):
+def predict(model_dir, input_file, output_file, batch_size=32, strategy=None):
     """`xlnet-tf predict`: JSONL predictions; SQuAD writes the official {id: answer} JSON and, beside it,
-    `<output>.null_odds.json` ({id: null score}, for SQuAD 2.0's threshold)."""
-    model, finetune_config, tokenizer = load_for_inference(model_dir)
+    `<output>.null_odds.json` ({id: null score}, for SQuAD 2.0's threshold). Under `strategy`: see
+    `run_model`."""
+    model, finetune_config, tokenizer = load_for_inference(model_dir, strategy)
     task = finetune_config["task"]
-    data, outputs = _infer(model, finetune_config, input_file, tokenizer, batch_size)
+    data, outputs = _infer(model, finetune_config, input_file, tokenizer, batch_size, strategy)
     rows, answers, null = _predictions(task, data, outputs, finetune_config)
     if task == "squad":
         files.write_text(output_file, json.dumps(answers, ensure_ascii=False, indent=1))
