@@ -29,6 +29,16 @@ def _size(text):
     return int(value)
 
 
+def _flag_bool(text):
+    """A boolean flag's value as TensorFlow Serving's command line spells it: true / false (also 1 / 0)."""
+    value = str(text).strip().lower()
+    if value in ("true", "1"):
+        return True
+    if value in ("false", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
 def add_serve_arguments(parser):
     models = parser.add_argument_group("models (one of)")
     models.add_argument("--model-base-path",
@@ -58,6 +68,11 @@ def add_serve_arguments(parser):
     parser.add_argument("--allow-non-utf8", action="store_true",
                         help="pass string inputs that are not UTF-8 to the model instead of refusing them")
     parser.add_argument("--grpc-max-workers", type=int, default=64, help="gRPC handler threads")
+    parser.add_argument("--enable_serialization_as_tensor_content", "--enable-serialization-as-tensor-content",
+                        dest="tensor_content", nargs="?", const=True, default=False, type=_flag_bool,
+                        metavar="true|false",
+                        help="Predict's numeric outputs packed in tensor_content (TensorFlow Serving's flag and "
+                             "default: off, the typed fields float_val, int64_val, ...)")
     parser.add_argument("--monitoring-config-file",
                         help="MonitoringConfig text proto (TensorFlow Serving's); prometheus_config { enable: true } "
                              "serves Prometheus metrics on the REST port at its path (default "
@@ -79,7 +94,8 @@ def serve_main(args):
         poll_interval=args.poll_interval, max_request_bytes=args.max_request_bytes,
         drain_timeout=args.drain_timeout, enable_warmup=not args.no_warmup,
         validate_utf8=not args.allow_non_utf8, grpc_max_workers=args.grpc_max_workers,
-        monitoring_config_file=args.monitoring_config_file)
+        monitoring_config_file=args.monitoring_config_file,
+        enable_serialization_as_tensor_content=args.tensor_content)
     stop = threading.Event()
     received = []
 

@@ -56,8 +56,12 @@ def _answered(core, context, api, model_name, run):
 
 
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    def __init__(self, core):
+    """`tensor_content`: Predict's numeric outputs as packed bytes (TensorFlow Serving's
+    --enable_serialization_as_tensor_content) instead of its default, the typed fields (`float_val`, ...)."""
+
+    def __init__(self, core, tensor_content=False):
         self.core = core
+        self.tensor_content = tensor_content
 
     def Predict(self, request, context):
         def run():
@@ -70,7 +74,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             response.model_spec.version.value = served
             response.model_spec.signature_name = signature
             for alias, value in outputs.items():
-                response.outputs[alias].CopyFrom(from_ndarray(value))
+                response.outputs[alias].CopyFrom(from_ndarray(value, tensor_content=self.tensor_content))
             return response
 
         return _answered(self.core, context, "predict", request.model_spec.name, run)
@@ -176,6 +180,7 @@ def status_response(core, name, version=None, label=None):
     return response
 
 
-def add_services(server, core):
-    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(core), server)
+def add_services(server, core, tensor_content=False):
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(core, tensor_content),
+                                                                        server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(core), server)

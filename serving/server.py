@@ -42,7 +42,7 @@ class ModelServer:
                  poll_interval=1.0, max_request_bytes=DEFAULT_MAX_REQUEST_BYTES,
                  max_response_bytes=DEFAULT_MAX_RESPONSE_BYTES, grpc_max_workers=64, enable_warmup=True,
                  warmup_iterations=1, max_load_retries=5, drain_timeout=30.0, validate_utf8=True,
-                 session_config=None, monitoring_path=None):
+                 session_config=None, monitoring_path=None, tensor_content=False):
         self.entries = list(entries)
         self.host = host
         self.requested_port = port
@@ -52,6 +52,7 @@ class ModelServer:
         self.max_response_bytes = int(max_response_bytes)
         self.grpc_max_workers = grpc_max_workers
         self.monitoring_path = monitoring_path
+        self.tensor_content = tensor_content  # Predict outputs packed (True) or in typed fields (default)
         self.metrics = Metrics() if monitoring_path else None
         if monitoring_path and rest_api_port is None:
             raise UserError("monitoring (a Prometheus endpoint) needs the REST port: --rest-api-port must not be -1")
@@ -88,7 +89,7 @@ class ModelServer:
         ]
         self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=self.grpc_max_workers,
                                                             thread_name_prefix="grpc"), options=options)
-        add_services(self._grpc, self.core)
+        add_services(self._grpc, self.core, self.tensor_content)
         try:
             self.port = self._grpc.add_insecure_port(_address(self.host, self.requested_port))
         except RuntimeError as error:
@@ -185,7 +186,8 @@ def serve(model_base_path=None, model_name=None, model_config_file=None, port=85
           host="127.0.0.1", enable_batching=False, batching_parameters_file=None, *, batching_parameters=None,
           poll_interval=1.0, max_request_bytes=DEFAULT_MAX_REQUEST_BYTES, max_response_bytes=DEFAULT_MAX_RESPONSE_BYTES,
           grpc_max_workers=64, enable_warmup=True, warmup_iterations=1, max_load_retries=5, drain_timeout=30.0,
-          validate_utf8=True, session_config=None, monitoring_config_file=None) -> ModelServer:
+          validate_utf8=True, session_config=None, monitoring_config_file=None,
+          enable_serialization_as_tensor_content=False) -> ModelServer:
     """A TensorFlow-Serving-compatible server for SavedModels (call `.start()` on it, or use `with`).
 
     Models: `model_base_path` (a directory of integer version directories, local or a URL such as
@@ -197,6 +199,8 @@ def serve(model_base_path=None, model_name=None, model_config_file=None, port=85
     `max_request_bytes`: largest request accepted (gRPC message or REST body), RESOURCE_EXHAUSTED above.
     `monitoring_config_file`: a MonitoringConfig text proto; with `prometheus_config { enable: true }` the REST
     port answers GET on its path (default /monitoring/prometheus/metrics) with Prometheus metrics.
+    `enable_serialization_as_tensor_content`: Predict's numeric outputs in `tensor_content`, as TensorFlow
+    Serving's flag of that name; by default they are in the typed fields (`float_val`, ...), as there.
     """
     if model_config_file:
         if model_base_path or model_name:
@@ -229,4 +233,4 @@ def serve(model_base_path=None, model_name=None, model_config_file=None, port=85
                        enable_warmup=enable_warmup, warmup_iterations=warmup_iterations,
                        max_load_retries=max_load_retries, drain_timeout=drain_timeout,
                        validate_utf8=validate_utf8, session_config=session_config,
-                       monitoring_path=monitoring_path)
+                       monitoring_path=monitoring_path, tensor_content=enable_serialization_as_tensor_content)

@@ -110,8 +110,13 @@ def _as_bytes(value):
     raise TypeError(f"expected str or bytes, got {type(value).__name__}")
 
 
-def from_ndarray(value, dtype: int | None = None):
-    """numpy (or nested lists / str / bytes) -> TensorProto. Strings become DT_STRING."""
+def from_ndarray(value, dtype: int | None = None, *, tensor_content=True):
+    """numpy (or nested lists / str / bytes) -> TensorProto. Strings become DT_STRING (`string_val`).
+
+    Numbers go to `tensor_content` (little-endian bytes, as `tf.make_tensor_proto` sends them), or with
+    `tensor_content=False` to the typed field (`float_val`, `int_val`, `int64_val`, ...; float16 as its bit
+    patterns in `half_val`), as TensorFlow's `Tensor::AsProtoField` writes them: what TensorFlow Serving's
+    Predict returns unless it runs with --enable_serialization_as_tensor_content."""
     array = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=object if _stringy(value) else None)
     proto = tensor_pb2.TensorProto()
     proto.tensor_shape.CopyFrom(tensor_shape_pb2.TensorShapeProto(
@@ -125,6 +130,12 @@ def from_ndarray(value, dtype: int | None = None):
             raise TypeError(f"unsupported numpy dtype {array.dtype}")
         dtype = _FROM_NUMPY[array.dtype]
     proto.dtype = dtype
+    if not tensor_content:
+        flat = np.ascontiguousarray(array, dtype=_NUMPY[dtype]).reshape(-1)
+        if dtype == DT.DT_HALF:
+            flat = flat.view(np.uint16)
+        getattr(proto, _FIELD[dtype]).extend(flat.tolist())
+        return proto
     target = np.dtype(_NUMPY[dtype]).newbyteorder("<")
     proto.tensor_content = np.ascontiguousarray(array, dtype=target).tobytes()
     return proto

@@ -1361,3 +1361,52 @@ def test_prometheus_metrics_count_the_requests(models, tmp_path):
               len(batches) == 1 and batches[0] >= 7)
     finally:
         instance.stop(5)
+
+
+def test_predict_outputs_in_typed_fields_unless_tensor_content_is_asked(models, reference):
+    """TensorFlow Serving's Predict writes numeric outputs to the typed fields (its example clients read
+    `.float_val`); packed `tensor_content` only with --enable_serialization_as_tensor_content."""
+    from tensorflow_serving.apis import predict_pb2
+
+    from xlnet_tf.serving.cli import add_serve_arguments
+    from xlnet_tf.serving.tensors import from_ndarray, to_ndarray
+
+    parser = add_serve_arguments(argparse.ArgumentParser())
+    spellings = {(): False, ("--enable_serialization_as_tensor_content",): True,
+                 ("--enable_serialization_as_tensor_content=true",): True,
+                 ("--enable_serialization_as_tensor_content=false",): False,
+                 ("--enable_serialization_as_tensor_content", "true"): True,
+                 ("--enable-serialization-as-tensor-content",): True}
+    parsed = {" ".join(k) or "(none)": parser.parse_args(["--model-base-path", "x", *k]).tensor_content
+              for k in spellings}
+    print(f"\n--enable_serialization_as_tensor_content parsed: {parsed} (bound {list(spellings.values())})")
+    assert list(parsed.values()) == list(spellings.values())
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--enable_serialization_as_tensor_content=maybe"])
+
+    want = reference("clf", text=TEXTS)
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "clf"
+    request.inputs["text"].CopyFrom(from_ndarray(np.array(TEXTS, dtype=object)))
+    for packed in (False, True):
+        with serve(model_base_path=str(models.base / "clf"), port=0, rest_api_port=None, poll_interval=0,
+                   enable_serialization_as_tensor_content=packed) as server:
+            channel, stub = _stubs(server.grpc_target)
+            with channel:
+                outputs = stub.Predict(request, timeout=30).outputs
+        probabilities, label_id = outputs["probabilities"], outputs["label_id"]
+        typed = (len(probabilities.float_val), len(label_id.int64_val))
+        content = (len(probabilities.tensor_content), len(label_id.tensor_content))
+        diff = float(np.max(np.abs(to_ndarray(probabilities) - want["probabilities"])))
+        print(f"packed={packed}: float_val / int64_val counts {typed}, tensor_content bytes {content} (bound "
+              f"{(0, 0) if packed else (2 * len(TEXTS), len(TEXTS))} typed, "
+              f"{(8 * len(TEXTS), 8 * len(TEXTS)) if packed else (0, 0)} packed); probabilities vs in process "
+              f"max |diff| {diff:.1e} (bound 1e-6); labels still string_val: {len(outputs['label'].string_val)}")
+        assert typed == ((0, 0) if packed else (2 * len(TEXTS), len(TEXTS)))
+        assert content == ((8 * len(TEXTS), 8 * len(TEXTS)) if packed else (0, 0))
+        assert diff <= 1e-6 and to_ndarray(label_id).tolist() == want["label_id"].tolist()
+        assert len(outputs["label"].string_val) == len(TEXTS)
+    half = from_ndarray(np.array([[1.5, -2.25]], np.float16), tensor_content=False)
+    print(f"float16 in half_val as bit patterns: {list(half.half_val)} -> {to_ndarray(half).tolist()} "
+          f"(bound [[1.5, -2.25]])")
+    assert to_ndarray(half).tolist() == [[1.5, -2.25]] and not half.tensor_content
