@@ -89,9 +89,7 @@ def _benchmark(args):
 
 def _start_run(args):
     """Strategy first (logical CPU devices must be set before TensorFlow initialises them), then seeds."""
-    from xlnet_tf.training.strategies import make_strategy
-
-    strategy = make_strategy(args.strategy, tpu=args.tpu, cpu_devices=args.cpu_devices)
+    strategy = _strategy(args)
     import keras
     import tensorflow as tf
 
@@ -182,7 +180,7 @@ def _with_steps(args, steps):
 def _evaluate(args):
     from xlnet_tf.training.finetune import evaluate
 
-    print(json.dumps(evaluate(args.model_dir, args.eval_file, args.batch_size, _inference_strategy(args)), indent=2))
+    print(json.dumps(evaluate(args.model_dir, args.eval_file, args.batch_size, _strategy(args)), indent=2))
 
 
 def _predict(args):
@@ -193,7 +191,7 @@ def _predict(args):
                                 f"with --model-dir (predicts one file in this process)")
         from xlnet_tf.training.finetune import predict
 
-        count = predict(args.model_dir, args.input, args.output, args.batch_size, _inference_strategy(args))
+        count = predict(args.model_dir, args.input, args.output, args.batch_size, _strategy(args))
         print(f"wrote {count} predictions to {args.output}")
         return
     with _beam_console(args):
@@ -225,7 +223,8 @@ def _add_strategy_flags(parser, what=""):
     parser.add_argument("--cpu-devices", type=int, default=2, help="logical CPU devices for --strategy mirrored without GPUs")
 
 
-def _inference_strategy(args):
+def _strategy(args):
+    """The tf.distribute strategy of --strategy / --tpu / --cpu-devices."""
     from xlnet_tf.training.strategies import make_strategy
 
     return make_strategy(args.strategy, tpu=args.tpu, cpu_devices=args.cpu_devices)
