@@ -10,9 +10,10 @@ Publishing, so that no reader sees half of a file or of a directory:
   and renamed over the target (atomic on POSIX). On an object store (GCS, S3) an object becomes visible whole
   when its upload closes, so remote files are written in place; a rename there is a copy, not atomic, and buys
   nothing. (`ram://` shows a file while it is written; only tests use it.)
-- `publish_tree`: a finished local directory copied file by file into a target directory, the files named in
-  `last` written after every other (an export's `saved_model.pb`: a version without it is not loadable, so a
-  poller that lists the version early cannot load half of it). Local targets get one atomic rename instead.
+- `publish_tree`: a finished local directory copied file by file into a remote target directory, the files
+  named in `last` written after every other (an export's `saved_model.pb`: a version without it is not
+  loadable, so a poller that lists the version early cannot load half of it). Local targets are renamed into
+  place by their callers instead (one atomic step).
 - `LineLog`: an append-only JSON-lines log (train_log.jsonl). Local: appended and flushed line by line. Object
   stores have no append (TensorFlow's GCS "append" re-uploads the whole object on every flush), so remote lines
   are kept in memory and the object is rewritten only at `flush()` (the trainer flushes at every checkpoint and
@@ -21,6 +22,7 @@ Publishing, so that no reader sees half of a file or of a directory:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -63,18 +65,9 @@ def basename(path) -> str:
     return os.path.basename(os.fspath(path).rstrip("/"))
 
 
-def relative_to(path, folder):
-    """`path` relative to `folder` when it lies inside it (so that a copied directory keeps working), else
-    `path` as it is."""
-    path, folder = absolute(path), absolute(folder).rstrip("/")
-    if is_remote(path) != is_remote(folder):
-        return path
-    prefix = folder + "/"
-    return path[len(prefix):] if path.startswith(prefix) else path
-
-
 def resolve(path, folder):
-    """A path recorded by `relative_to`: joined to `folder` when relative, else as it is."""
+    """A path recorded relative to `folder` (or absolute, or a URL): joined to `folder` when relative, else as
+    it is."""
     path = os.fspath(path)
     return path if is_remote(path) or os.path.isabs(path) else join(folder, path)
 
@@ -147,17 +140,7 @@ def walk(folder):
     return _gfile().walk(folder) if is_remote(folder) else os.walk(folder)
 
 
-class Stat(tuple):
-    """What `stat` returns: (is_dir, length, mtime_ns)."""
-
-    __slots__ = ()
-
-    def __new__(cls, is_dir, length, mtime_ns):
-        return super().__new__(cls, (bool(is_dir), int(length), int(mtime_ns)))
-
-    is_dir = property(lambda self: self[0])
-    length = property(lambda self: self[1])
-    mtime_ns = property(lambda self: self[2])
+Stat = collections.namedtuple("Stat", "is_dir length mtime_ns")  # what `stat` returns
 
 
 def stat(path):
@@ -173,14 +156,14 @@ def stat(path):
             return None
         import stat as _stat
 
-        return Stat(_stat.S_ISDIR(info.st_mode), info.st_size, info.st_mtime_ns)
+        return Stat(_stat.S_ISDIR(info.st_mode), int(info.st_size), int(info.st_mtime_ns))
     import tensorflow as tf
 
     try:
         info = tf.io.gfile.stat(path)
     except tf.errors.NotFoundError:
         return None
-    return Stat(info.is_directory, info.length, info.mtime_nsec)
+    return Stat(bool(info.is_directory), int(info.length), int(info.mtime_nsec))
 
 
 def walk_files(folder) -> list:
@@ -321,28 +304,15 @@ def rename(source, target, overwrite=True):
 
 
 def publish_tree(source_dir, target_dir, last=(), on_file=None):
-    """Publishes finished local folder `source_dir` as `target_dir`, which must not exist.
+    """Publishes finished local folder `source_dir` as remote `target_dir` (gs://...; it must not exist), which
+    has no directory rename (a local target is renamed into place by its caller, in one atomic step).
 
-    Local target: one atomic rename (same filesystem) or a copy under a hidden staging name then a rename.
-    Remote target: the files are copied one by one, those named in `last` (paths relative to source_dir) after
+    The files are copied one by one (streamed), those named in `last` (paths relative to source_dir) after
     every other, so that a reader who finds them finds everything. `on_file(relative_path)` is called after each
     file (tests slow the copy down with it). `source_dir` is removed afterwards."""
     source_dir, target_dir = os.fspath(source_dir), os.fspath(target_dir)
     if not is_remote(target_dir):
-        makedirs_for(target_dir)
-        try:
-            os.rename(source_dir, target_dir)  # fails on an existing non-empty directory: never overwrites
-            return
-        except OSError as error:
-            if os.path.lexists(target_dir):
-                raise UserError(f"{target_dir}: could not publish ({error}); it may have been created "
-                                f"meanwhile") from None
-        staging = tempfile.mkdtemp(prefix=".tmp-publish-", dir=os.path.dirname(os.path.abspath(target_dir)))
-        os.rmdir(staging)
-        shutil.copytree(source_dir, staging)
-        os.rename(staging, target_dir)
-        shutil.rmtree(source_dir, ignore_errors=True)
-        return
+        raise ValueError(f"publish_tree publishes to a remote store; {target_dir} is local (rename it into place)")
     if exists(target_dir):
         raise UserError(f"{target_dir} already exists: a published folder is never overwritten")
     names = walk_files(source_dir)

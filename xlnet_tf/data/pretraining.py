@@ -74,7 +74,7 @@ import tensorflow as tf
 from xlnet_tf.data import sampling
 from xlnet_tf.data.truncation import truncated_pair_lengths
 from xlnet_tf.errors import UserError
-from xlnet_tf.files import TensorFlowFiles, absolute as absolute_path, resolve as resolve_path  # noqa: F401
+from xlnet_tf.files import TensorFlowFiles, absolute as absolute_path, resolve as resolve_path
 
 FORMAT_VERSION = 1
 METADATA_FILE = "metadata.json"
