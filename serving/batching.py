@@ -17,6 +17,9 @@ BatchingParameters:
 One queue per (model, version, signature, input dtypes and non-batch dims, outputs): only requests that
 can be concatenated along dim 0 are merged. Requests without a common dim 0 (scalars, inputs of unequal
 sizes) and empty batches run on their own, outside the queues. Every batch is counted in `stats()`.
+
+Deadlines: a request waits for its batch until its deadline at most (DEADLINE_EXCEEDED); a request whose
+deadline has passed while it was queued is dropped from the queue, not run (`stats.expired_in_queue`).
 """
 
 from __future__ import annotations
@@ -29,16 +32,18 @@ import time
 import numpy as np
 
 from . import errors
+from .deadline import NONE
 
 log = logging.getLogger("xlnet_tf.serving")
 
 
 class _Task:
-    __slots__ = ("inputs", "rows", "enqueued", "done", "result", "error")
+    __slots__ = ("inputs", "rows", "enqueued", "deadline", "done", "result", "error")
 
-    def __init__(self, inputs, rows):
+    def __init__(self, inputs, rows, deadline=NONE):
         self.inputs = inputs
         self.rows = rows
+        self.deadline = deadline
         self.enqueued = time.monotonic()
         self.done = threading.Event()
         self.result = None
@@ -70,6 +75,7 @@ class BatchStats:
         self.requests_per_batch = collections.Counter()  # {requests in a batch: number of batches}
         self.rejected_queue_full = 0
         self.unbatched = 0  # requests run alone (no common dim 0, or empty)
+        self.expired_in_queue = 0  # requests (or pieces) dropped from a queue: their deadline had passed
 
     def record(self, requests, rows, padding):
         with self._lock:
@@ -96,6 +102,7 @@ class BatchStats:
                 "max_rows_per_batch": self.max_rows_per_batch,
                 "requests_per_batch": dict(sorted(self.requests_per_batch.items())),
                 "rejected_queue_full": self.rejected_queue_full, "unbatched": self.unbatched,
+                "expired_in_queue": self.expired_in_queue,
             }
 
     def summary(self):
@@ -123,8 +130,9 @@ class BatchScheduler:
 
     # -- submitting -----------------------------------------------------------------------------------
 
-    def submit(self, key, run, inputs, rows):
-        """Runs `inputs` (all with dim 0 == rows) in a batch; blocks until done; returns its outputs."""
+    def submit(self, key, run, inputs, rows, deadline=NONE):
+        """Runs `inputs` (all with dim 0 == rows) in a batch; blocks until done or `deadline`; returns its
+        outputs."""
         config = self.config
         if rows > config.max_batch_size:
             raise errors.invalid_argument(
@@ -132,8 +140,8 @@ class BatchScheduler:
                 "(batching parameters)")
         limit = config.execution_batch_size
         if rows <= limit:
-            return self._wait(self._enqueue(key, run, [_Task(inputs, rows)])[0])
-        pieces = [_Task({a: v[start:start + limit] for a, v in inputs.items()}, min(limit, rows - start))
+            return self._wait(self._enqueue(key, run, [_Task(inputs, rows, deadline)])[0])
+        pieces = [_Task({a: v[start:start + limit] for a, v in inputs.items()}, min(limit, rows - start), deadline)
                   for start in range(0, rows, limit)]
         results = [self._wait(task) for task in self._enqueue(key, run, pieces)]
         return {alias: np.concatenate([r[alias] for r in results]) for alias in results[0]}
@@ -168,7 +176,8 @@ class BatchScheduler:
 
     @staticmethod
     def _wait(task):
-        task.done.wait()
+        while not task.done.wait(task.deadline.remaining()):
+            task.deadline.check("the batched request")  # its deadline passed: the worker drops it if queued
         if task.error is not None:
             raise task.error
         return task.result
@@ -182,7 +191,9 @@ class BatchScheduler:
         while True:
             now = time.monotonic()
             ready, wake = None, None
-            for queue in self._queues.values():
+            for queue in list(self._queues.values()):
+                if not self._drop_expired(queue):
+                    continue
                 due = queue.tasks[0].enqueued + timeout
                 if queue.rows >= limit or due <= now or self._stopping:
                     if ready is None or queue.tasks[0].enqueued < ready.tasks[0].enqueued:
@@ -204,6 +215,21 @@ class BatchScheduler:
             if self._stopping:
                 return None
             self._cond.wait(None if wake is None else max(0.0, wake - now))
+
+    def _drop_expired(self, queue):
+        """Under the lock: removes the queue's tasks whose deadline has passed (their callers have their
+        DEADLINE_EXCEEDED already); False if the queue is then empty (and gone)."""
+        if any(task.deadline.expired() for task in queue.tasks):
+            kept = collections.deque(task for task in queue.tasks if not task.deadline.expired())
+            dropped = len(queue.tasks) - len(kept)
+            queue.rows = sum(task.rows for task in kept)
+            queue.tasks = kept
+            with self.stats._lock:
+                self.stats.expired_in_queue += dropped
+        if not queue.tasks:
+            del self._queues[queue.key]
+            return False
+        return True
 
     def _worker(self):
         while True:

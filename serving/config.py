@@ -250,3 +250,59 @@ def load_model_config(path):
     """[ModelEntry] from a `--model_config_file` (a local path or a URL)."""
     text = read_config_file(path, "--model-config-file")
     return model_entries_from_proto(parse_model_server_config(text, path), path)
+
+
+class ConfigFilePoller:
+    """`--model_config_file_poll_wait_seconds`: re-reads the model config file every `interval` seconds; when
+    its text changed, `apply(entries)` serves the new models as HandleReloadConfigRequest does. A file that
+    cannot be read or parsed, or that `apply` refuses, is logged and the served models stay as they are (it is
+    tried again at the next poll only if its text changes)."""
+
+    def __init__(self, path, interval, apply):
+        import threading
+
+        self.path = path
+        self.interval = float(interval)
+        self.apply = apply
+        self.applied = 0  # configurations applied since start
+        self.refused = 0  # configurations that could not be read, parsed or applied
+        self._last = read_config_file(path, "--model_config_file")  # the one the server started with
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="config-poller", daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _loop(self):
+        while not self._stop.wait(self.interval):
+            self.poll_once()
+
+    def poll_once(self):
+        """Applies the file if its text changed; returns whether it applied a new configuration."""
+        import logging
+
+        log = logging.getLogger("xlnet_tf.serving")
+        try:
+            text = read_config_file(self.path, "--model_config_file")
+        except (UserError, OSError) as error:
+            log.warning("model config %s: cannot read it (%s); serving the models as they are", self.path, error)
+            return False
+        if text == self._last:
+            return False
+        self._last = text
+        try:
+            self.apply(model_entries_from_proto(parse_model_server_config(text, self.path), self.path))
+        except Exception as error:  # noqa: BLE001 - a bad file must not stop the poller or the server
+            self.refused += 1
+            log.error("model config %s: not applied (%s); serving the models as they are", self.path,
+                      getattr(error, "message", error))
+            return False
+        self.applied += 1
+        log.info("model config %s: changed, applied", self.path)
+        return True

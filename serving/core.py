@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 from . import errors, inference
+from .deadline import NONE
 from .servable import DEFAULT_SIGNATURE
 
 
 class ServerCore:
     """Predict, Classify / Regress / MultiInference, metadata and status over a ModelManager, with optional
-    server-side batching (for every call that runs a signature)."""
+    server-side batching (for every call that runs a signature). Calls that run a signature take a
+    `deadline` (a deadline.Deadline): a request whose deadline has passed is not run, a batched one stops
+    waiting at it, and a long run is abandoned between its pieces (Servable.run); DEADLINE_EXCEEDED."""
 
-    def __init__(self, manager, scheduler=None, metrics=None):
+    def __init__(self, manager, scheduler=None, metrics=None, options=None):
         self.manager = manager
         self.scheduler = scheduler
         self.metrics = metrics  # monitoring.Metrics, counted by the front ends (None: not monitored)
+        self.options = options
 
     def count(self, model_name, api, entrypoint, status, seconds):
         """A finished request, for monitoring."""
         if self.metrics is not None:
             self.metrics.request(model_name, api, entrypoint, status, seconds)
 
-    def predict(self, model_name, version, label, signature_name, arrays, output_filter=()):
+    def predict(self, model_name, version, label, signature_name, arrays, output_filter=(), deadline=NONE):
         """-> (version served, signature name, {output alias: ndarray}).
 
         `arrays` is {input alias: ndarray}, or a function of the SignatureDef returning it (REST parses its
@@ -33,16 +37,20 @@ class ServerCore:
             if callable(arrays):
                 arrays = arrays(servable.signature(signature_name or DEFAULT_SIGNATURE)[1])
             prepared = servable.prepare(signature_name or DEFAULT_SIGNATURE, arrays, output_filter)
-            return handle.version, prepared.signature_name, self._run(model_name, handle, prepared)
+            return handle.version, prepared.signature_name, self._run(model_name, handle, prepared, deadline)
 
-    def infer(self, model_name, version, label, tasks, examples):
+    def infer(self, model_name, version, label, tasks, examples, deadline=NONE):
         """Classify / Regress / MultiInference: `tasks` [(method, signature name or "")] on `examples` (object
-        ndarray [N] of serialized tf.Examples) -> (version served, [(signature name, result proto)]), the
-        results in task order, each holding the examples' results in input order."""
+        ndarray [N] of serialized tf.Examples, or a function returning it, called once the model is found: an
+        unknown model is NOT_FOUND whatever the input, as in TensorFlow Serving) -> (version served,
+        [(signature name, result proto)]), the results in task order, each holding the examples' results in
+        input order."""
         if not model_name:
             raise errors.invalid_argument("ModelSpec has no name specified.")
         with self.manager.acquire(model_name, version, label) as handle:
             servable = handle.servable
+            if callable(examples):
+                examples = examples()
             results = []
             for method, signature_name in tasks:
                 name = signature_name or DEFAULT_SIGNATURE
@@ -51,20 +59,21 @@ class ServerCore:
                     raise errors.invalid_argument(f"No signature was found with the name: {name}")
                 input_alias, output_aliases = inference.signature_io(method, name, signature)
                 prepared = servable.prepare(name, {input_alias: examples}, output_aliases)
-                outputs = self._run(model_name, handle, prepared)
+                outputs = self._run(model_name, handle, prepared, deadline)
                 results.append((name, inference.RESULTS[method](outputs, len(examples))))
             return handle.version, results
 
-    def _run(self, model_name, handle, prepared):
+    def _run(self, model_name, handle, prepared, deadline):
         """Runs a prepared request on its version, through the batch scheduler when there is one."""
+        deadline.check()
         servable, scheduler = handle.servable, self.scheduler
         if scheduler is None:
-            return servable.run(prepared)
+            return servable.run(prepared, deadline=deadline)
         if not prepared.batch_size:  # no common dim 0, or an empty batch: nothing to merge
-            return scheduler.run_alone(lambda inputs: servable.run(prepared, inputs), prepared.inputs)
+            return scheduler.run_alone(lambda inputs: servable.run(prepared, inputs, deadline), prepared.inputs)
         key = (model_name, handle.version) + prepared.batch_key()
         return scheduler.submit(key, lambda inputs: servable.run(prepared, inputs), prepared.inputs,
-                                prepared.batch_size)
+                                prepared.batch_size, deadline)
 
     def signatures(self, model_name, version=None, label=None):
         """-> (version, {signature name: SignatureDef}) of the version a request would use."""
@@ -85,6 +94,11 @@ class ServerCore:
             entries = model_entries_from_proto(server_config, where="reloaded config")
         except UserError as error:
             raise errors.invalid_argument(str(error)) from None
+        self.reload_entries(entries)
+
+    def reload_entries(self, entries):
+        """Serves the models of `entries` (ModelEntry list) from now on (HandleReloadConfigRequest, and the
+        model config file's poller); FAILED_PRECONDITION for a version label on a version not available."""
         self.manager.reload(entries)
 
     def status(self, model_name, version=None, label=None):

@@ -21,6 +21,7 @@ from tensorflow_serving.apis import (
 )
 
 from . import errors, inference
+from .deadline import Deadline
 from .servable import CLASSIFY_METHOD, DEFAULT_SIGNATURE, REGRESS_METHOD
 from .tensors import from_ndarray, to_ndarray
 
@@ -32,6 +33,11 @@ _STATE = get_model_status_pb2.ModelVersionStatus.State
 def _spec(model_spec):
     version = model_spec.version.value if model_spec.HasField("version") else None
     return model_spec.name, version, model_spec.version_label or None
+
+
+def _deadline(context):
+    """The client's deadline (gRPC's time_remaining), and whether it is still waiting."""
+    return Deadline.after(context.time_remaining(), context.is_active)
 
 
 def _abort(context, error: errors.ServingError):
@@ -56,19 +62,20 @@ def _answered(core, context, api, model_name, run):
 
 
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    """`tensor_content`: Predict's numeric outputs as packed bytes (TensorFlow Serving's
+    """`options.tensor_content`: Predict's numeric outputs as packed bytes (TensorFlow Serving's
     --enable_serialization_as_tensor_content) instead of its default, the typed fields (`float_val`, ...)."""
 
-    def __init__(self, core, tensor_content=False):
+    def __init__(self, core, options):
         self.core = core
-        self.tensor_content = tensor_content
+        self.tensor_content = options.tensor_content
 
     def Predict(self, request, context):
         def run():
             name, version, label = _spec(request.model_spec)
             arrays = {alias: to_ndarray(tensor) for alias, tensor in request.inputs.items()}
             served, signature, outputs = self.core.predict(
-                name, version, label, request.model_spec.signature_name, arrays, tuple(request.output_filter))
+                name, version, label, request.model_spec.signature_name, arrays, tuple(request.output_filter),
+                _deadline(context))
             response = predict_pb2.PredictResponse()
             response.model_spec.name = name
             response.model_spec.version.value = served
@@ -85,9 +92,9 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         if not request.HasField("model_spec"):
             raise errors.invalid_argument("Missing ModelSpec")
         name, version, label = _spec(request.model_spec)
-        examples = inference.serialized_examples(request.input)
         served, [(signature, result)] = self.core.infer(
-            name, version, label, [(method, request.model_spec.signature_name)], examples)
+            name, version, label, [(method, request.model_spec.signature_name)],
+            lambda: inference.serialized_examples(request.input), _deadline(context))
         response.model_spec.name = name
         response.model_spec.version.value = served
         response.model_spec.signature_name = signature
@@ -106,8 +113,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         def run():
             model_spec, tasks = inference.check_tasks(list(request.tasks))
             name, version, label = _spec(model_spec)
-            examples = inference.serialized_examples(request.input)
-            served, results = self.core.infer(name, version, label, tasks, examples)
+            served, results = self.core.infer(name, version, label, tasks,
+                                              lambda: inference.serialized_examples(request.input), _deadline(context))
             response = inference_pb2.MultiInferenceResponse()
             for (method, _), (signature, result) in zip(tasks, results):
                 entry = response.results.add()
@@ -148,8 +155,11 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer):
-    def __init__(self, core):
+    """`options.enable_reload_config` False: HandleReloadConfigRequest is refused (PERMISSION_DENIED)."""
+
+    def __init__(self, core, options):
         self.core = core
+        self.enable_reload_config = options.enable_reload_config
 
     def GetModelStatus(self, request, context):
         return _answered(self.core, context, "get_model_status", request.model_spec.name,
@@ -159,6 +169,9 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
         """Replaces the served ModelServerConfig (model_config_list only, as TensorFlow Serving); the status is
         in the response and, when not OK, the RPC's status."""
         def run():
+            if not self.enable_reload_config:
+                raise errors.ServingError("PERMISSION_DENIED", "HandleReloadConfigRequest is turned off on this "
+                                          "server (--enable_reload_config=false)")
             self.core.reload(request.config)
             return model_management_pb2.ReloadConfigResponse()
 
@@ -180,7 +193,35 @@ def status_response(core, name, version=None, label=None):
     return response
 
 
-def add_services(server, core, tensor_content=False):
-    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(core, tensor_content),
-                                                                        server)
-    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(core), server)
+def add_services(server, core, options):
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(core, options), server)
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(core, options), server)
+
+
+def parse_channel_arguments(text, flag="--grpc_channel_arguments"):
+    """TensorFlow Serving's "name=value,name=value" list -> [(name, int or str)] (UserError naming the flag)."""
+    from xlnet_tf.errors import UserError
+
+    arguments = []
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        name, equals, value = item.partition("=")
+        if not equals or not name.strip():
+            raise UserError(f"{flag}: {item!r} is not name=value")
+        value = value.strip()
+        try:
+            arguments.append((name.strip(), int(value)))
+        except ValueError:
+            arguments.append((name.strip(), value))
+    return arguments
+
+
+def grpc_server_arguments(options):
+    """The gRPC server's channel arguments: message-size limits, then --grpc_channel_arguments (which win, as
+    in TensorFlow Serving, where they are applied last)."""
+    arguments = {
+        "grpc.max_receive_message_length": options.max_request_bytes,
+        "grpc.max_send_message_length": options.max_response_bytes,
+        "grpc.so_reuseport": 0,
+    }
+    arguments.update(parse_channel_arguments(options.grpc_channel_arguments))
+    return list(arguments.items())

@@ -291,7 +291,8 @@ class ServedModel:
         manager = self.manager
         started = time.monotonic()
         before = _fingerprint(state.path)
-        servable = Servable(self.name, state.version, state.path, manager.session_config, manager.validate_utf8)
+        servable = Servable(self.name, state.version, state.path, manager.session_config, manager.validate_utf8,
+                            manager.options.saved_model_tags)
         try:
             servable.load()
             warmed = servable.warmup(manager.warmup_iterations) if manager.enable_warmup else 0
@@ -334,6 +335,21 @@ class ServedModel:
         self.manager.record(self.name, state.version, "unloaded", f"{cut_off} requests cut off")
         log.info("model %s version %d unloaded", self.name, state.version)
 
+    def check_labels(self, entry):
+        """FAILED_PRECONDITION, as TensorFlow Serving's UpdateModelVersionLabelMap answers, when one of `entry`'s
+        version labels names a version that is not AVAILABLE; with allow_version_labels_for_unavailable_models,
+        only a label that already points elsewhere must name an AVAILABLE version."""
+        allow = self.manager.options.allow_version_labels_for_unavailable_models
+        with self._cond:
+            for label, version in entry.labels:
+                if allow and self.labels.get(label, version) == version:
+                    continue
+                state = self.versions.get(version)
+                if state is None or state.state != AVAILABLE:
+                    raise errors.failed_precondition(
+                        f"Request to assign label to version {version} of model {self.name}, which is not "
+                        "currently available for inference")
+
     def update(self, entry):
         """Takes a reloaded config's entry of this model (same base path): its version policy and labels."""
         with self._cond:
@@ -367,16 +383,16 @@ class ServedModel:
 class ModelManager:
     """All configured models, a poller thread that follows their base paths, and an event log."""
 
-    def __init__(self, entries, poll_interval=1.0, enable_warmup=True, warmup_iterations=1,
-                 max_load_retries=5, drain_timeout=30.0, session_config=None, validate_utf8=True, metrics=None):
+    def __init__(self, entries, options, metrics=None):
         self.models = collections.OrderedDict((e.name, ServedModel(e, self)) for e in entries)
-        self.poll_interval = poll_interval
-        self.enable_warmup = enable_warmup
-        self.warmup_iterations = warmup_iterations
-        self.max_load_retries = max_load_retries
-        self.drain_timeout = drain_timeout
-        self.session_config = session_config
-        self.validate_utf8 = validate_utf8
+        self.options = options  # a ServerOptions
+        self.poll_interval = options.poll_interval
+        self.enable_warmup = options.enable_warmup
+        self.warmup_iterations = options.warmup_iterations
+        self.max_load_retries = options.max_load_retries
+        self.drain_timeout = options.drain_timeout
+        self.session_config = options.session_config
+        self.validate_utf8 = options.validate_utf8
         self.metrics = metrics  # monitoring.Metrics: load attempts and latency
         self.stopping = False
         self.events = collections.deque(maxlen=1000)  # (monotonic time, model, version, event, detail)
@@ -421,6 +437,13 @@ class ModelManager:
                     fresh[entry.name] = ServedModel(entry, self)
                     fresh[entry.name].reconcile()  # loaded before any request is routed to it
             models = collections.OrderedDict((e.name, fresh.get(e.name) or old[e.name]) for e in entries)
+            try:
+                for entry in entries:
+                    models[entry.name].check_labels(entry)
+            except errors.ServingError:
+                for model in fresh.values():  # the config is refused: what it loaded goes
+                    model.unload_all()
+                raise
             for entry in entries:
                 if entry.name not in fresh:
                     models[entry.name].update(entry)
@@ -444,8 +467,20 @@ class ModelManager:
                     log.exception("model %s: poll failed", model.name)
 
     def start(self):
-        """Loads what is on disk now (blocking, like tensorflow_model_server), then polls in a thread."""
+        """Loads what is on disk now (blocking, like tensorflow_model_server), then polls in a thread. A version
+        label of the configuration whose version did not load is a UserError (see `check_labels`; TensorFlow
+        Serving checks before loading, so there a first config with labels needs
+        --allow_version_labels_for_unavailable_models)."""
         self.poll_once()
+        for model in self.models.values():
+            try:
+                model.check_labels(model.entry)
+            except errors.ServingError as error:
+                from xlnet_tf.errors import UserError
+
+                self.stop()
+                raise UserError(f"model config: {error.message} (--allow_version_labels_for_unavailable_models "
+                                "lets a label wait for its version)") from None
         if self.poll_interval and self.poll_interval > 0:
             self._thread = threading.Thread(target=self._poll_loop, name="version-poller", daemon=True)
             self._thread.start()

@@ -297,9 +297,10 @@ class RestServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     block_on_close = True
     allow_reuse_address = True
 
-    def __init__(self, address, core, max_request_bytes, monitoring_path=None):
+    def __init__(self, address, core, options):
         self.core = core
-        self.max_request_bytes = max_request_bytes
-        self.monitoring_path = monitoring_path  # GET it for Prometheus metrics (None: no endpoint)
+        self.options = options
+        self.max_request_bytes = options.max_request_bytes
+        self.monitoring_path = options.monitoring_path  # GET it for Prometheus metrics (None: no endpoint)
         self.stopping = False
         super().__init__(address, _Handler)

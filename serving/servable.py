@@ -6,19 +6,28 @@ variables and runs the init op, e.g. vocabulary tables), then feed and fetch ten
 SignatureDef gives. `tensorflow_text` is imported first so its ops are registered.
 
 Request checks (before anything runs): every signature input is present (or has a default) and nothing
-else is sent; dtypes match exactly; ranks and fixed dimensions match the SignatureDef's shapes; DT_STRING
-inputs of predict signatures are valid UTF-8 unless their alias ends in `_bytes` (TF Serving's REST
-convention for binary strings); output_filter names exist and are not repeated.
+else is sent; dtypes match exactly; DT_STRING inputs of predict signatures are valid UTF-8 unless their alias
+ends in `_bytes` (TF Serving's REST convention for binary strings); output_filter names exist and are not
+repeated. Shapes are not compared with the SignatureDef's, as in TensorFlow Serving: the graph decides, and
+its error comes back as the request's status.
+
+Deadlines: a run with a deadline whose inputs share dim 0 and whose outputs all have a known size beyond dim
+0 (so that parts concatenate) runs in pieces of rows that each take about `PIECE_SECONDS` (from this signature's time
+per row on its earlier runs, warmup included; a request shorter than that is one piece), and is abandoned between pieces once the deadline passes: a Session cannot stop a
+function call of these exports once it runs (RunOptions.timeout_in_ms is checked between ops, and a
+SavedModel signature is one op), so this bounds what an abandoned request keeps using to one piece.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import numpy as np
 
 from . import errors
+from .deadline import NONE
 from .tensors import dtype_name, numpy_dtype, shape_of, to_ndarray
 
 log = logging.getLogger("xlnet_tf.serving")
@@ -29,6 +38,8 @@ PREDICT_METHOD = "tensorflow/serving/predict"
 CLASSIFY_METHOD = "tensorflow/serving/classify"
 REGRESS_METHOD = "tensorflow/serving/regress"
 DEFAULT_SIGNATURE = "serving_default"
+PIECE_SECONDS = 0.25  # the time one piece of a long run with a deadline takes (see the module docstring)
+FIRST_PIECE_ROWS = 4  # rows of the first piece, before this signature's time per row is known
 
 
 class Prepared:
@@ -51,17 +62,20 @@ class Prepared:
 class Servable:
     """A SavedModel version loaded in its own graph and Session."""
 
-    def __init__(self, name, version, path, session_config=None, validate_utf8=True):
+    def __init__(self, name, version, path, session_config=None, validate_utf8=True, tags=("serve",)):
         self.name = name
         self.version = int(version)
         self.path = str(path)
         self.validate_utf8 = validate_utf8
+        self.tags = list(tags)
         self._session_config = session_config
         self.session = None
         self.signatures = {}
         self._callables = {}
+        self._row_seconds = {}  # (signature, outputs) -> measured seconds per row (pieces of deadline runs)
         self._lock = threading.Lock()
         self.warmup_requests_run = 0
+        self.pieces_run = 0  # pieces of runs with a deadline (see the module docstring)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -81,7 +95,7 @@ class Servable:
 
                 silence = contextlib.nullcontext()
             with silence:
-                meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], self.path)
+                meta_graph = tf.compat.v1.saved_model.loader.load(session, self.tags, self.path)
         except Exception:
             session.close()
             raise
@@ -153,12 +167,6 @@ class Servable:
             raise errors.invalid_argument(
                 f"input '{alias}' of signature {signature_name!r} expects {dtype_name(dtype)} but the "
                 f"request has {dtype_name(got) if got is not None else array.dtype}")
-        want = shape_of(info.tensor_shape)
-        if want is not None:
-            if len(want) != array.ndim or any(w >= 0 and w != s for w, s in zip(want, array.shape)):
-                raise errors.invalid_argument(
-                    f"input '{alias}' of signature {signature_name!r} expects shape "
-                    f"{_shape_text(want)} but the request has {_shape_text(array.shape)}")
         if dtype == 7 and self.validate_utf8 and not alias.endswith("_bytes") \
                 and signature.method_name in ("", PREDICT_METHOD):
             for index, value in enumerate(array.reshape(-1).tolist()):
@@ -173,10 +181,9 @@ class Servable:
             array = array.astype(np_dtype)
         return array
 
-    def run(self, prepared: Prepared, inputs=None):
-        """Runs the signature on `inputs` (default: the prepared ones) -> {output alias: ndarray}."""
-        import tensorflow as tf
-
+    def run(self, prepared: Prepared, inputs=None, deadline=NONE):
+        """Runs the signature on `inputs` (default: the prepared ones) -> {output alias: ndarray}; with a
+        `deadline`, in pieces when it can (see the module docstring), DEADLINE_EXCEEDED between them."""
         inputs = prepared.inputs if inputs is None else inputs
         aliases = tuple(sorted(inputs))
         key = (prepared.signature_name, aliases, prepared.output_aliases)
@@ -190,13 +197,53 @@ class Servable:
                     [signature.outputs[a].name for a in prepared.output_aliases],
                     feed_list=[signature.inputs[a].name for a in aliases])
                 self._callables[key] = function
+        rows = _common_rows(inputs)
+        if deadline.at is None or rows is None or rows <= 1 or not self._splittable(prepared):
+            return dict(zip(prepared.output_aliases, self._timed(key, function, inputs, aliases, rows)))
+        parts, start, size = [], 0, None
+        while start < rows:
+            deadline.check(f"a request of {rows} rows ({start} run)")
+            seconds = self._row_seconds.get(key)
+            wanted = FIRST_PIECE_ROWS if seconds is None else max(1, int(PIECE_SECONDS / max(seconds, 1e-9)))
+            size = min(wanted, rows - start, wanted if size is None else 2 * size)  # grows at most 2x a piece
+            piece = {a: inputs[a][start:start + size] for a in aliases}
+            parts.append(self._timed(key, function, piece, aliases, size))
+            self.pieces_run += 1
+            start += size
+        if len(parts) == 1:
+            return dict(zip(prepared.output_aliases, parts[0]))
+        return {alias: np.concatenate([part[i] for part in parts]) for i, alias in enumerate(prepared.output_aliases)}
+
+    def _timed(self, key, function, inputs, aliases, rows):
+        """Calls the signature; keeps a running mean of its seconds per row (sizes the pieces of runs with a
+        deadline)."""
+        began = time.monotonic()
+        values = self._call(function, [inputs[a] for a in aliases])
+        if rows:
+            took = (time.monotonic() - began) / rows
+            seconds = self._row_seconds.get(key)
+            self._row_seconds[key] = took if seconds is None else 0.5 * (seconds + took)
+        return values
+
+    def _splittable(self, prepared):
+        """Whether the signature's outputs have dim 0 and known sizes beyond it (parts concatenate)."""
+        outputs = self.signatures[prepared.signature_name].outputs
+        for alias in prepared.output_aliases:
+            shape = shape_of(outputs[alias].tensor_shape)
+            if not shape or shape[0] >= 0 or any(size < 0 for size in shape[1:]):
+                return False
+        return True
+
+    @staticmethod
+    def _call(function, values):
+        import tensorflow as tf
+
         try:
-            values = function(*[inputs[a] for a in aliases])
+            return function(*values)
         except tf.errors.OpError as error:
             raise errors.ServingError.from_tf_error(error) from None
         except (ValueError, TypeError) as error:
             raise errors.invalid_argument(str(error)) from None
-        return dict(zip(prepared.output_aliases, values))
 
     # -- warmup ---------------------------------------------------------------------------------------
 
@@ -256,5 +303,7 @@ def _dtype_of(array):
     return _FROM_NUMPY.get(array.dtype)
 
 
-def _shape_text(shape):
-    return "[" + ",".join("?" if s is None or s < 0 else str(s) for s in shape) + "]"
+def _common_rows(inputs):
+    """The dim 0 every input shares (None: a scalar, or sizes that differ)."""
+    sizes = {a.shape[0] if a.ndim else None for a in inputs.values()}
+    return sizes.pop() if len(sizes) == 1 else None

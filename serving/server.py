@@ -13,17 +13,17 @@ from xlnet_tf import files
 from xlnet_tf.errors import UserError
 
 from .batching import BatchScheduler
-from .config import ModelEntry, load_batching_config, load_model_config
+from .config import ConfigFilePoller, ModelEntry, load_batching_config, load_model_config
 from .core import ServerCore
-from .grpc_api import add_services
+from .grpc_api import add_services, grpc_server_arguments
+from .health import add_health_service
 from .manager import ModelManager, list_versions
 from .monitoring import Metrics, load_monitoring_config
+from .options import ServerOptions
 from .rest_api import RestServer
+from .security import server_credentials
 
 log = logging.getLogger("xlnet_tf.serving")
-
-DEFAULT_MAX_REQUEST_BYTES = 64 << 20  # gRPC's own default is 4 MiB
-DEFAULT_MAX_RESPONSE_BYTES = (1 << 31) - 1  # like tensorflow_model_server (INT_MAX)
 
 
 def _address(host, port):
@@ -31,42 +31,34 @@ def _address(host, port):
 
 
 class ModelServer:
-    """A running (after `start()`) TensorFlow-Serving-compatible server.
+    """A running (after `start()`) TensorFlow-Serving-compatible server for `entries` (ModelEntry list),
+    configured by `options` (a ServerOptions; keyword arguments override its fields).
 
     Attributes once started: `port` and `rest_api_port` (the bound ports; None when REST is off),
     `grpc_target` ("host:port"), `rest_url` ("http://host:port"), `manager` (models and versions, with an
     event log in `manager.events`), `scheduler` (None without batching; counters in `batch_stats()`).
     """
 
-    def __init__(self, entries, *, port=8500, rest_api_port=8501, host="127.0.0.1", batching=None,
-                 poll_interval=1.0, max_request_bytes=DEFAULT_MAX_REQUEST_BYTES,
-                 max_response_bytes=DEFAULT_MAX_RESPONSE_BYTES, grpc_max_workers=64, enable_warmup=True,
-                 warmup_iterations=1, max_load_retries=5, drain_timeout=30.0, validate_utf8=True,
-                 session_config=None, monitoring_path=None, tensor_content=False):
+    def __init__(self, entries, options=None, *, model_config_file=None, **changes):
+        options = (options or ServerOptions()).replace(**changes)
+        self.options = options
         self.entries = list(entries)
-        self.host = host
-        self.requested_port = port
-        self.requested_rest_api_port = rest_api_port
-        self.batching = batching
-        self.max_request_bytes = int(max_request_bytes)
-        self.max_response_bytes = int(max_response_bytes)
-        self.grpc_max_workers = grpc_max_workers
-        self.monitoring_path = monitoring_path
-        self.tensor_content = tensor_content  # Predict outputs packed (True) or in typed fields (default)
-        self.metrics = Metrics() if monitoring_path else None
-        if monitoring_path and rest_api_port is None:
+        self.model_config_file = model_config_file  # re-read every model_config_file_poll_wait_seconds
+        self.host = options.host
+        self.metrics = Metrics() if options.monitoring_path else None
+        if options.monitoring_path and options.rest_api_port is None:
             raise UserError("monitoring (a Prometheus endpoint) needs the REST port: --rest-api-port must not be -1")
-        self.manager = ModelManager(self.entries, poll_interval=poll_interval, enable_warmup=enable_warmup,
-                                    warmup_iterations=warmup_iterations, max_load_retries=max_load_retries,
-                                    drain_timeout=drain_timeout, session_config=session_config,
-                                    validate_utf8=validate_utf8, metrics=self.metrics)
+        self.manager = ModelManager(self.entries, options, metrics=self.metrics)
         self.scheduler = None
         self.core = None
         self.port = None
         self.rest_api_port = None
+        self.socket_path = None
+        self.health = None
         self._grpc = None
         self._rest = None
         self._rest_thread = None
+        self._config_poller = None
         self._started = False
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
@@ -78,44 +70,57 @@ class ModelServer:
         if self._started:
             return self
         self._started = True
+        options = self.options
         self.manager.start()
-        if self.batching is not None:
-            self.scheduler = BatchScheduler(self.batching, self.metrics)
-        self.core = ServerCore(self.manager, self.scheduler, self.metrics)
-        options = [
-            ("grpc.max_receive_message_length", self.max_request_bytes),
-            ("grpc.max_send_message_length", self.max_response_bytes),
-            ("grpc.so_reuseport", 0),
-        ]
-        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=self.grpc_max_workers,
-                                                            thread_name_prefix="grpc"), options=options)
-        add_services(self._grpc, self.core, self.tensor_content)
-        try:
-            self.port = self._grpc.add_insecure_port(_address(self.host, self.requested_port))
-        except RuntimeError as error:
-            self._abort_start()
-            raise UserError(f"cannot listen for gRPC on {_address(self.host, self.requested_port)}: "
-                            f"{error}") from None
-        if not self.port:
-            self._abort_start()
-            raise UserError(f"cannot listen for gRPC on {_address(self.host, self.requested_port)}")
-        if self.requested_rest_api_port is not None:
+        if options.batching is not None:
+            self.scheduler = BatchScheduler(options.batching, self.metrics)
+        self.core = ServerCore(self.manager, self.scheduler, self.metrics, options)
+        self._grpc = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=options.grpc_max_threads, thread_name_prefix="grpc"),
+            options=grpc_server_arguments(options), maximum_concurrent_rpcs=options.grpc_max_threads)
+        add_services(self._grpc, self.core, options)
+        if options.enable_grpc_healthcheck_service:
+            self.health = add_health_service(self._grpc)
+        credentials = server_credentials(options.ssl_config_file) if options.ssl_config_file else None
+        self.port = self._listen(_address(self.host, options.port), credentials)
+        if options.grpc_socket_path:
+            self.socket_path = os.path.abspath(options.grpc_socket_path)
+            self._listen(f"unix:{self.socket_path}", credentials)
+        if options.rest_api_port is not None:
             try:
-                self._rest = RestServer((self.host, self.requested_rest_api_port), self.core,
-                                        self.max_request_bytes, self.monitoring_path)
+                self._rest = RestServer((self.host, options.rest_api_port), self.core, options)
             except OSError as error:
                 self._abort_start()
-                raise UserError(f"cannot listen for REST on {_address(self.host, self.requested_rest_api_port)}:"
+                raise UserError(f"cannot listen for REST on {_address(self.host, options.rest_api_port)}:"
                                 f" {error}") from None
             self.rest_api_port = self._rest.server_address[1]
             self._rest_thread = threading.Thread(target=self._rest.serve_forever, kwargs={"poll_interval": 0.2},
                                                  name="rest", daemon=True)
             self._rest_thread.start()
         self._grpc.start()
+        if self.model_config_file and options.model_config_file_poll_wait_seconds > 0:
+            self._config_poller = ConfigFilePoller(self.model_config_file, options.model_config_file_poll_wait_seconds,
+                                                   self.core.reload_entries)
+            self._config_poller.start()
         log.info("serving gRPC at %s%s; models: %s; batching: %s", self.grpc_target,
                  f", REST at {self.rest_url}" if self._rest else "", self.describe_models(),
-                 self.batching if self.batching else "off")
+                 options.batching if options.batching else "off")
         return self
+
+    def _listen(self, address, credentials):
+        """Binds a gRPC listener (TLS with `credentials`) -> its port."""
+        try:
+            if credentials is None:
+                port = self._grpc.add_insecure_port(address)
+            else:
+                port = self._grpc.add_secure_port(address, credentials)
+        except RuntimeError as error:
+            self._abort_start()
+            raise UserError(f"cannot listen for gRPC on {address}: {error}") from None
+        if not port and not address.startswith("unix:"):
+            self._abort_start()
+            raise UserError(f"cannot listen for gRPC on {address}")
+        return port
 
     def _abort_start(self):
         if self._grpc is not None:
@@ -134,6 +139,10 @@ class ModelServer:
                 self._stopped.set()
                 return
             log.info("stopping (grace %.1fs)", grace)
+            if self._config_poller is not None:
+                self._config_poller.stop()
+            if self.health is not None:
+                self.health.enter_graceful_shutdown()
             if self._rest is not None:
                 self._rest.stopping = True
                 self._rest.shutdown()  # no new connections
@@ -182,12 +191,10 @@ class ModelServer:
         return "; ".join(parts)
 
 
-def serve(model_base_path=None, model_name=None, model_config_file=None, port=8500, rest_api_port=8501,
-          host="127.0.0.1", enable_batching=False, batching_parameters_file=None, *, batching_parameters=None,
-          poll_interval=1.0, max_request_bytes=DEFAULT_MAX_REQUEST_BYTES, max_response_bytes=DEFAULT_MAX_RESPONSE_BYTES,
-          grpc_max_workers=64, enable_warmup=True, warmup_iterations=1, max_load_retries=5, drain_timeout=30.0,
-          validate_utf8=True, session_config=None, monitoring_config_file=None,
-          enable_serialization_as_tensor_content=False) -> ModelServer:
+def serve(model_base_path=None, model_name=None, model_config_file=None, port=None, rest_api_port=...,
+          host=None, enable_batching=False, batching_parameters_file=None, *, batching_parameters=None,
+          options=None, monitoring_config_file=None, enable_serialization_as_tensor_content=None,
+          **fields) -> ModelServer:
     """A TensorFlow-Serving-compatible server for SavedModels (call `.start()` on it, or use `with`).
 
     Models: `model_base_path` (a directory of integer version directories, local or a URL such as
@@ -195,12 +202,12 @@ def serve(model_base_path=None, model_name=None, model_config_file=None, port=85
     `model_config_file` (a ModelServerConfig text proto, local or a URL; its base paths likewise). Ports: 0
     picks a free port; `rest_api_port=None` turns REST off. Batching: `enable_batching` with
     `batching_parameters_file` (a BatchingParameters text proto) and/or `batching_parameters` (a dict of
-    BatchingConfig fields overriding it). `poll_interval`: seconds between looks for new versions.
-    `max_request_bytes`: largest request accepted (gRPC message or REST body), RESOURCE_EXHAUSTED above.
-    `monitoring_config_file`: a MonitoringConfig text proto; with `prometheus_config { enable: true }` the REST
-    port answers GET on its path (default /monitoring/prometheus/metrics) with Prometheus metrics.
-    `enable_serialization_as_tensor_content`: Predict's numeric outputs in `tensor_content`, as TensorFlow
-    Serving's flag of that name; by default they are in the typed fields (`float_val`, ...), as there.
+    BatchingConfig fields overriding it). `monitoring_config_file`: a MonitoringConfig text proto; with
+    `prometheus_config { enable: true }` the REST port answers GET on its path (default
+    /monitoring/prometheus/metrics) with Prometheus metrics. `enable_serialization_as_tensor_content`:
+    Predict's numeric outputs in `tensor_content`, as TensorFlow Serving's flag of that name; by default they
+    are in the typed fields (`float_val`, ...), as there. Everything else is a ServerOptions field, given in
+    `options` and/or as a keyword (`poll_interval`, `max_request_bytes`, `grpc_max_threads`, ...).
     """
     if model_config_file:
         if model_base_path or model_name:
@@ -219,18 +226,32 @@ def serve(model_base_path=None, model_name=None, model_config_file=None, port=85
         elif not list_versions(entry.base_path):
             log.warning("model %s: no integer version directory holding a saved_model.pb under %s yet", entry.name,
                         entry.base_path)
-    batching = None
+    if "grpc_max_workers" in fields:  # the earlier name of grpc_max_threads
+        fields["grpc_max_threads"] = fields.pop("grpc_max_workers")
+    for name, value in (("port", port), ("host", host),
+                        ("tensor_content", enable_serialization_as_tensor_content)):
+        if value is not None:
+            fields[name] = value
+    if rest_api_port is not ...:
+        fields["rest_api_port"] = rest_api_port
     if batching_parameters_file and not enable_batching:
         raise UserError("--batching-parameters-file needs --enable-batching")
     if enable_batching:
-        batching = load_batching_config(batching_parameters_file, batching_parameters)
-    if max_request_bytes <= 0:
+        fields["batching"] = load_batching_config(batching_parameters_file, batching_parameters)
+    if monitoring_config_file:
+        fields["monitoring_path"] = load_monitoring_config(monitoring_config_file)
+    options = (options or ServerOptions()).replace(**fields)
+    check_options(options)
+    return ModelServer(entries, options, model_config_file=model_config_file)
+
+
+def check_options(options):
+    """UserError for options no server can run with (naming the option)."""
+    if options.max_request_bytes <= 0:
         raise UserError("max_request_bytes must be positive")
-    monitoring_path = load_monitoring_config(monitoring_config_file) if monitoring_config_file else None
-    return ModelServer(entries, port=port, rest_api_port=rest_api_port, host=host, batching=batching,
-                       poll_interval=poll_interval, max_request_bytes=max_request_bytes,
-                       max_response_bytes=max_response_bytes, grpc_max_workers=grpc_max_workers,
-                       enable_warmup=enable_warmup, warmup_iterations=warmup_iterations,
-                       max_load_retries=max_load_retries, drain_timeout=drain_timeout,
-                       validate_utf8=validate_utf8, session_config=session_config,
-                       monitoring_path=monitoring_path, tensor_content=enable_serialization_as_tensor_content)
+    if options.grpc_max_threads < 1:
+        raise UserError(f"grpc_max_threads must be >= 1, got {options.grpc_max_threads}")
+    if options.rest_api_num_threads < 1:
+        raise UserError(f"rest_api_num_threads must be >= 1, got {options.rest_api_num_threads}")
+    if options.rest_api_timeout_in_ms <= 0:
+        raise UserError(f"rest_api_timeout_in_ms must be positive, got {options.rest_api_timeout_in_ms}")

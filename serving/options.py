@@ -1,0 +1,82 @@
+"""The model server's options: one object instead of long argument lists (`ServerOptions`).
+
+Field names follow TensorFlow Serving's `Server::Options` (server.h) where it has the option; defaults are
+this server's (`xlnet-tf serve`'s); `serving/cli.py` maps both command lines (ours and
+`tensorflow_model_server`'s) onto it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+DEFAULT_MAX_REQUEST_BYTES = 64 << 20  # gRPC's own default is 4 MiB
+DEFAULT_MAX_RESPONSE_BYTES = (1 << 31) - 1  # like tensorflow_model_server (INT_MAX)
+
+
+def cpu_count():
+    """Schedulable CPUs (TensorFlow Serving's port::NumSchedulableCPUs)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclasses.dataclass
+class ServerOptions:
+    """How a ModelServer listens, bounds its load and serves its models (not which models: see ModelEntry).
+
+    Listening: `host`, `port` (gRPC; 0 any free port), `rest_api_port` (0 any free port, None no REST),
+    `grpc_socket_path` (also serve gRPC on a unix socket), `ssl_config_file` (TensorFlow Serving's SSLConfig
+    text proto: TLS, and mTLS with client_verify, on every gRPC listener), `grpc_channel_arguments`
+    (TensorFlow Serving's "name=value,..." list), `enable_reload_config` (ModelService.HandleReloadConfigRequest
+    answered; False refuses it with PERMISSION_DENIED), `enable_grpc_healthcheck_service` (grpc.health.v1).
+
+    Load and time limits: `grpc_max_threads` (RPCs handled at once; more are refused with RESOURCE_EXHAUSTED),
+    `rest_api_num_threads` (REST requests handled at once; more answered 429 at once),
+    `rest_api_timeout_in_ms` (a REST request's deadline), `rest_body_timeout` (seconds to receive a REST
+    request's headers and body), `max_request_bytes` / `max_response_bytes`, `drain_timeout`.
+
+    Models: `batching` (a BatchingConfig, None without batching), `poll_interval` (seconds between looks for
+    new versions), `model_config_file_poll_wait_seconds` (re-read the model config file this often; 0 never),
+    `enable_warmup`, `warmup_iterations`, `max_load_retries`, `load_retry_interval` (seconds),
+    `saved_model_tags`, `session_config` (a tf.compat.v1.ConfigProto or None), `validate_utf8`,
+    `allow_version_labels_for_unavailable_models`.
+
+    Responses: `tensor_content` (Predict's numeric outputs packed, TensorFlow Serving's
+    --enable_serialization_as_tensor_content; default the typed fields), `monitoring_path` (Prometheus
+    metrics on the REST port at this path; None: off).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8500
+    rest_api_port: int | None = 8501
+    grpc_socket_path: str | None = None
+    ssl_config_file: str | None = None
+    grpc_channel_arguments: str = ""
+    enable_reload_config: bool = True
+    enable_grpc_healthcheck_service: bool = False
+    grpc_max_threads: int = dataclasses.field(default_factory=lambda: 4 * cpu_count())
+    rest_api_num_threads: int = dataclasses.field(default_factory=lambda: 4 * cpu_count())
+    rest_api_timeout_in_ms: int = 30000
+    rest_body_timeout: float = 30.0
+    rest_api_enable_cors_support: bool = False
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    drain_timeout: float = 30.0
+    batching: object = None
+    poll_interval: float = 1.0
+    model_config_file_poll_wait_seconds: float = 0.0
+    enable_warmup: bool = True
+    warmup_iterations: int = 1
+    max_load_retries: int = 5
+    load_retry_interval: float = 0.0
+    saved_model_tags: tuple = ("serve",)
+    session_config: object = None
+    validate_utf8: bool = True
+    allow_version_labels_for_unavailable_models: bool = False
+    tensor_content: bool = False
+    monitoring_path: str | None = None
+
+    def replace(self, **changes) -> "ServerOptions":
+        return dataclasses.replace(self, **changes)
