@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -39,45 +40,310 @@ def _flag_bool(text):
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+def _positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+class TFServingFlag:
+    """One of tensorflow_model_server's flags (main.cc): its name, type and default there, and what it does
+    in `xlnet-tf serve`. `apply(value, settings)` puts a given value into the serve() keyword arguments;
+    None: accepted with no effect here (`effect` says why), or refused when `refused` is set."""
+
+    def __init__(self, name, kind, default, effect, apply=None, refused=False):
+        self.name, self.kind, self.default, self.effect = name, kind, default, effect
+        self.apply, self.refused = apply, refused
+
+    def parse(self, text):
+        if self.kind == "bool":
+            return _flag_bool(text)
+        if self.kind in ("int32", "int64"):
+            return int(text)
+        if self.kind == "float":
+            return float(text)
+        return text
+
+
+def _set(key, convert=None):
+    def apply(value, settings):
+        settings[key] = convert(value) if convert else value
+    return apply
+
+
+def _session_parallelism(which):
+    def apply(value, settings):
+        settings.setdefault("_parallelism", {})[which] = value
+    return apply
+
+
+def _rest_port(value, settings):
+    settings["rest_api_port"] = None if value == 0 else value  # 0: no REST, as there
+
+
+def _grpc_port(value, settings):
+    settings["port"] = None if value == 0 else value  # 0: no TCP listener (a --grpc_socket_path only), as there
+
+
+def _warmup_iterations(value, settings):
+    if value > 0:  # "used only if > 0", as there
+        settings["warmup_iterations"] = value
+
+
+def _tags(value, settings):
+    settings["saved_model_tags"] = tuple(tag.strip() for tag in value.split(",") if tag.strip())
+
+
+_NO_EFFECT = "accepted; no effect here"
+# Every flag of tensorflow_model_server 2.21 (main.cc), in its order. README's table is generated from this.
+TF_SERVING_FLAGS = (
+    TFServingFlag("port", "int32", "8500", "gRPC port (0: none there, only --grpc_socket_path; `--port 0` without "
+                  "TensorFlow Serving's spellings picks a free port)", _grpc_port),
+    TFServingFlag("grpc_socket_path", "string", "", "also serve gRPC on this unix socket (TLS too with "
+                  "--ssl_config_file)", _set("grpc_socket_path")),
+    TFServingFlag("rest_api_port", "int32", "0", "REST port; 0: no REST", _rest_port),
+    TFServingFlag("rest_api_num_threads", "int32", "4 x CPUs", "REST requests handled at once; more are answered "
+                  "at once with an error", _set("rest_api_num_threads")),
+    TFServingFlag("rest_api_timeout_in_ms", "int32", "30000", "a REST request's deadline", _set("rest_api_timeout_in_ms")),
+    TFServingFlag("rest_api_enable_cors_support", "bool", "false", "CORS headers on REST responses",
+                  _set("rest_api_enable_cors_support")),
+    TFServingFlag("enable_batching", "bool", "false", "server-side batching", _set("enable_batching")),
+    TFServingFlag("allow_version_labels_for_unavailable_models", "bool", "false",
+                  "a new label may name a version that is not available yet", _set(
+                      "allow_version_labels_for_unavailable_models")),
+    TFServingFlag("batching_parameters_file", "string", "", "BatchingParameters text proto",
+                  _set("batching_parameters_file")),
+    TFServingFlag("enable_per_model_batching_parameters", "bool", "false", "refused: per-model batching files "
+                  "are not read", refused=True),
+    TFServingFlag("model_config_file", "string", "", "ModelServerConfig text proto (model_config_list)",
+                  _set("model_config_file")),
+    TFServingFlag("model_config_file_poll_wait_seconds", "int32", "0", "re-read --model_config_file this often "
+                  "and apply it as HandleReloadConfigRequest does; 0: never",
+                  _set("model_config_file_poll_wait_seconds", float)),
+    TFServingFlag("model_name", "string", "default", "name of the --model_base_path model", _set("model_name")),
+    TFServingFlag("model_base_path", "string", "", "directory of integer version directories", _set(
+        "model_base_path")),
+    TFServingFlag("num_load_threads", "int32", "0", _NO_EFFECT + ": versions load one at a time (serially, as "
+                  "0 does there)"),
+    TFServingFlag("num_unload_threads", "int32", "0", _NO_EFFECT + ": a retired version is closed off the "
+                  "request path"),
+    TFServingFlag("max_num_load_retries", "int32", "5", "retries of a failed load whose files did not change",
+                  _set("max_load_retries")),
+    TFServingFlag("load_retry_interval_micros", "int64", "60000000", "the least time between those retries",
+                  _set("load_retry_interval", lambda micros: max(0, micros) / 1e6)),
+    TFServingFlag("file_system_poll_wait_seconds", "int32", "1", "seconds between looks for new versions (0: "
+                  "only at start)", _set("poll_interval", float)),
+    TFServingFlag("flush_filesystem_caches", "bool", "true", _NO_EFFECT + ": no file system cache is kept"),
+    TFServingFlag("tensorflow_session_parallelism", "int64", "0", "intra- and inter-op threads of each Session "
+                  "(0: TensorFlow's choice)", _session_parallelism("session")),
+    TFServingFlag("tensorflow_intra_op_parallelism", "int64", "0", "intra-op threads of each Session",
+                  _session_parallelism("intra")),
+    TFServingFlag("tensorflow_inter_op_parallelism", "int64", "0", "inter-op threads of each Session",
+                  _session_parallelism("inter")),
+    TFServingFlag("use_alts_credentials", "bool", "false", "refused when true: Google ALTS is not available "
+                  "here (use --ssl_config_file)", refused=True),
+    TFServingFlag("ssl_config_file", "string", "", "SSLConfig text proto: TLS on gRPC, mTLS with client_verify",
+                  _set("ssl_config_file")),
+    TFServingFlag("platform_config_file", "string", "", "refused: only TensorFlow SavedModels are served",
+                  refused=True),
+    TFServingFlag("per_process_gpu_memory_fraction", "float", "0", _NO_EFFECT + ": TensorFlow's own GPU "
+                  "allocator settings apply"),
+    TFServingFlag("saved_model_tags", "string", "serve", "comma-separated tags of the MetaGraphDef to load",
+                  _tags),
+    TFServingFlag("grpc_channel_arguments", "string", "", "name=value,... passed to the gRPC server",
+                  _set("grpc_channel_arguments")),
+    TFServingFlag("grpc_max_threads", "int32", "4 x CPUs", "RPCs handled at once; more are refused at once "
+                  "with RESOURCE_EXHAUSTED", _set("grpc_max_threads")),
+    TFServingFlag("enable_model_warmup", "bool", "true", "replay assets.extra/tf_serving_warmup_requests",
+                  _set("enable_warmup")),
+    TFServingFlag("num_request_iterations_for_warmup", "int32", "0", "times each warmup request is replayed "
+                  "(used if > 0; else once)", _warmup_iterations),
+    TFServingFlag("version", "bool", "false", "print the versions and exit"),
+    TFServingFlag("monitoring_config_file", "string", "", "MonitoringConfig text proto (Prometheus on the REST "
+                  "port)", _set("monitoring_config_file")),
+    TFServingFlag("remove_unused_fields_from_bundle_metagraph", "bool", "true", _NO_EFFECT + ": the Session "
+                  "keeps the graph it needs"),
+    TFServingFlag("prefer_tflite_model", "bool", "false", "refused when true: TensorFlow Lite models are not "
+                  "served", refused=True),
+    TFServingFlag("num_tflite_pools", "int32", "CPUs", _NO_EFFECT + " (TensorFlow Lite)"),
+    TFServingFlag("num_tflite_interpreters_per_pool", "int32", "1", _NO_EFFECT + " (TensorFlow Lite)"),
+    TFServingFlag("enable_signature_method_name_check", "bool", "false", _NO_EFFECT + ": Classify and Regress "
+                  "always check the method name of their signature, Predict never"),
+    TFServingFlag("xla_cpu_compilation_enabled", "bool", "false", _NO_EFFECT + ": exports hold no XLA "
+                  "clusters"),
+    TFServingFlag("xla_gpu_compilation_enabled", "bool", "false", _NO_EFFECT + ": exports hold no XLA "
+                  "clusters"),
+    TFServingFlag("enable_profiler", "bool", "true", _NO_EFFECT + ": no profiler service"),
+    TFServingFlag("thread_pool_factory_config_file", "string", "", "refused: custom thread pools are not "
+                  "supported", refused=True),
+    TFServingFlag("mixed_precision", "string", "", "refused: the automatic mixed-precision rewrite is not "
+                  "available here", refused=True),
+    TFServingFlag("skip_initialize_tpu", "bool", "false", _NO_EFFECT + ": no TPU is initialised"),
+    TFServingFlag("enable_grpc_healthcheck_service", "bool", "false", "grpc.health.v1.Health: SERVING for \"\", "
+                  "ModelService and PredictionService", _set("enable_grpc_healthcheck_service")),
+    TFServingFlag("enable_serialization_as_tensor_content", "bool", "false", "Predict's numbers packed in "
+                  "tensor_content (default: the typed fields, float_val, ...)", _set("tensor_content")),
+)
+_TF_FLAGS = {flag.name: flag for flag in TF_SERVING_FLAGS}
+
+
+def tf_serving_flag_table():
+    """serving/README.md's compatibility table (Markdown), from TF_SERVING_FLAGS."""
+    lines = ["| `tensorflow_model_server` flag | type | default there | here |", "|---|---|---|---|"]
+    for flag in TF_SERVING_FLAGS:
+        lines.append(f"| `--{flag.name}` | {flag.kind} | {flag.default} | {flag.effect} |")
+    return "\n".join(lines)
+
+
 def add_serve_arguments(parser):
     models = parser.add_argument_group("models (one of)")
     models.add_argument("--model-base-path",
                         help="BASE/NAME: directory of integer version directories, local or a URL (gs://...); "
-                             "a version is loaded once its saved_model.pb exists")
+                             "a version is loaded once its saved_model.pb exists (default with neither this nor "
+                             "--model-config-file: $MODEL_BASE_PATH/$MODEL_NAME, as TensorFlow Serving's Docker "
+                             "image)")
     models.add_argument("--model-name", help="name clients use (default: the base path's last component)")
     models.add_argument("--model-config-file",
                         help="ModelServerConfig text proto (model_config_list), local or a URL (gs://...)")
-    parser.add_argument("--port", type=int, default=8500, help="gRPC port (0: any free port)")
-    parser.add_argument("--rest-api-port", type=int, default=8501,
-                        help="REST port (0: any free port, -1: no REST)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    parser.add_argument("--enable-batching", action="store_true", help="server-side batching")
+    parser.add_argument("--port", type=int, default=None, help="gRPC port (default 8500; 0: any free port)")
+    parser.add_argument("--rest-api-port", type=int, default=None,
+                        help="REST port (default 8501; 0: any free port, -1: no REST)")
+    parser.add_argument("--host", default=None,
+                        help="address to bind (default: 127.0.0.1, loopback only; 0.0.0.0, as TensorFlow Serving, "
+                             "when the command line uses its spellings)")
+    parser.add_argument("--enable-batching", action="store_true", default=None, help="server-side batching")
     parser.add_argument("--batching-parameters-file", help="BatchingParameters text proto, local or a URL")
-    parser.add_argument("--poll-interval", type=float, default=1.0,
-                        help="seconds between looks for new model versions (TF Serving: file_system_poll_wait_seconds)")
-    parser.add_argument("--max-request-bytes", type=_size, default="64MB",
-                        help="largest request accepted (gRPC message / REST body); e.g. 64MB")
+    parser.add_argument("--poll-interval", type=float, default=None,
+                        help="seconds between looks for new model versions (default 1; TF Serving: "
+                             "file_system_poll_wait_seconds)")
+    parser.add_argument("--max-request-bytes", type=_size, default=None,
+                        help="largest request accepted (gRPC message / REST body; default 64MB)")
     parser.add_argument("--grace-period", type=float, default=30.0,
                         help="seconds running requests get to finish on SIGTERM/SIGINT")
-    parser.add_argument("--drain-timeout", type=float, default=30.0,
+    parser.add_argument("--drain-timeout", type=float, default=None,
                         help="at shutdown, seconds the requests still running after the grace period get before "
-                             "their versions are closed (a version retired while serving waits for its last "
-                             "request, however long)")
+                             "their versions are closed (default 30)")
     parser.add_argument("--no-warmup", action="store_true",
                         help="do not replay assets.extra/tf_serving_warmup_requests when loading")
     parser.add_argument("--allow-non-utf8", action="store_true",
                         help="pass string inputs that are not UTF-8 to the model instead of refusing them")
-    parser.add_argument("--grpc-max-workers", type=int, default=64, help="gRPC handler threads")
-    parser.add_argument("--enable_serialization_as_tensor_content", "--enable-serialization-as-tensor-content",
-                        dest="tensor_content", nargs="?", const=True, default=False, type=_flag_bool,
-                        metavar="true|false",
-                        help="Predict's numeric outputs packed in tensor_content (TensorFlow Serving's flag and "
-                             "default: off, the typed fields float_val, int64_val, ...)")
+    parser.add_argument("--grpc-max-workers", type=_positive_int, default=None,
+                        help="gRPC requests handled at once (the same as --grpc_max_threads)")
+    parser.add_argument("--rest-body-timeout", type=float, default=None,
+                        help="seconds a REST client gets to send its request line, headers and body (default 30)")
+    parser.add_argument("--enable-reload-config", "--enable_reload_config", dest="enable_reload_config",
+                        nargs="?", const=True, default=None, type=_flag_bool, metavar="true|false",
+                        help="answer ModelService.HandleReloadConfigRequest (default true, as TensorFlow "
+                             "Serving; false refuses it with PERMISSION_DENIED)")
+    parser.add_argument("--enable-serialization-as-tensor-content", dest="tensor_content_ours", nargs="?",
+                        const=True, default=None, type=_flag_bool, metavar="true|false",
+                        help="the same as --enable_serialization_as_tensor_content")
     parser.add_argument("--monitoring-config-file",
                         help="MonitoringConfig text proto (TensorFlow Serving's); prometheus_config { enable: true } "
                              "serves Prometheus metrics on the REST port at its path (default "
                              "/monitoring/prometheus/metrics)")
+    tf_serving = parser.add_argument_group(
+        "tensorflow_model_server's flags", "TensorFlow Serving's spellings, meanings and defaults "
+        "(--flag=value or --flag value; booleans as =true|false); see serving/README.md")
+    for flag in TF_SERVING_FLAGS:
+        if flag.name == "port":
+            continue  # one --port: the same spelling in both command lines
+        kwargs = dict(dest=f"tfs_{flag.name}", default=None, type=flag.parse, metavar=flag.kind.upper(),
+                      help=f"{flag.effect} (default there: {flag.default})")
+        if flag.kind == "bool":
+            kwargs.update(nargs="?", const=True, metavar="true|false")
+        tf_serving.add_argument(f"--{flag.name}", **kwargs)
     return parser
+
+
+_OURS = {  # our flag's dest -> serve() keyword (None: not given)
+    "model_base_path": "model_base_path", "model_name": "model_name", "model_config_file": "model_config_file",
+    "port": "port", "host": "host", "enable_batching": "enable_batching",
+    "batching_parameters_file": "batching_parameters_file", "poll_interval": "poll_interval",
+    "max_request_bytes": "max_request_bytes", "drain_timeout": "drain_timeout",
+    "grpc_max_workers": "grpc_max_threads", "rest_body_timeout": "rest_body_timeout",
+    "enable_reload_config": "enable_reload_config", "tensor_content_ours": "tensor_content",
+    "monitoring_config_file": "monitoring_config_file",
+}
+
+
+def serve_settings(args, environ=None):
+    """The serve() keyword arguments of a parsed `serve` command line (ours and/or tensorflow_model_server's).
+
+    With any flag in TensorFlow Serving's spelling, its defaults apply where they differ from ours: every
+    interface (0.0.0.0) and no REST unless --rest_api_port. With no model flag, $MODEL_NAME (default "model")
+    under $MODEL_BASE_PATH (default /models) is served when either is set, as TensorFlow Serving's Docker
+    image does (it passes --port=8500 --rest_api_port=8501 too).
+    """
+    from xlnet_tf.errors import UserError
+
+    environ = os.environ if environ is None else environ
+    given = {name: getattr(args, f"tfs_{name}") for name in _TF_FLAGS if getattr(args, f"tfs_{name}", None) is not None}
+    settings = {}
+    for flag_name, value in given.items():
+        flag = _TF_FLAGS[flag_name]
+        if flag.refused and value not in (False, "", 0):
+            raise UserError(f"--{flag_name}: not supported by xlnet-tf serve ({flag.effect})")
+        if flag.apply is not None:
+            flag.apply(value, settings)
+    tf_style = bool(given)
+    if args.port is not None and tf_style:
+        _grpc_port(args.port, settings)
+    for dest, key in _OURS.items():
+        value = getattr(args, dest, None)
+        if value is not None and key not in settings:
+            settings[key] = value
+    if args.rest_api_port is not None:
+        settings["rest_api_port"] = None if args.rest_api_port < 0 else args.rest_api_port
+    elif tf_style:
+        settings.setdefault("rest_api_port", None)
+    if tf_style:
+        settings.setdefault("host", "0.0.0.0")
+    if args.no_warmup:
+        settings["enable_warmup"] = False
+    if args.allow_non_utf8:
+        settings["validate_utf8"] = False
+    parallelism = settings.pop("_parallelism", None)
+    if parallelism:
+        settings["session_config"] = _session_config(parallelism)
+    if not settings.get("model_config_file") and not settings.get("model_base_path") \
+            and ("MODEL_NAME" in environ or "MODEL_BASE_PATH" in environ):
+        name = environ.get("MODEL_NAME") or "model"
+        settings["model_name"] = settings.get("model_name") or name
+        settings["model_base_path"] = (environ.get("MODEL_BASE_PATH") or "/models").rstrip("/") + "/" + name
+    if settings.get("model_config_file") and tf_style:  # ignored when --model_config_file is set, as there
+        settings.pop("model_base_path", None)
+        settings.pop("model_name", None)
+    if settings.get("port") is None and "port" in settings and not settings.get("grpc_socket_path"):
+        raise UserError("--port=0 turns the gRPC port off: give --grpc_socket_path as well (at least one of them "
+                        "must be set, as in TensorFlow Serving)")
+    return settings
+
+
+def _session_config(parallelism):
+    """TensorFlow Serving's rule: session parallelism for both pools, or intra / inter separately, not all."""
+    import tensorflow as tf
+
+    from xlnet_tf.errors import UserError
+
+    session, intra, inter = (parallelism.get(k, 0) for k in ("session", "intra", "inter"))
+    if session > 0 and intra > 0 and inter > 0:
+        raise UserError("Either configure --tensorflow_session_parallelism or (--tensorflow_intra_op_parallelism, "
+                        "--tensorflow_inter_op_parallelism) separately. You cannot configure all.")
+    if intra > 0 or inter > 0:
+        session = 0
+    return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=intra or session,
+                                    inter_op_parallelism_threads=inter or session)
+
+
+def print_version(out=None):
+    import tensorflow as tf
+
+    from xlnet_tf import __version__
+
+    print(f"TensorFlow ModelServer: xlnet-tf serve {__version__} (tensorflow_model_server's APIs and flags)\n"
+          f"TensorFlow Library: {tf.__version__}", file=out or sys.stdout)
 
 
 def serve_main(args):
@@ -86,16 +352,10 @@ def serve_main(args):
 
     from .server import serve
 
-    server = serve(
-        model_base_path=args.model_base_path, model_name=args.model_name,
-        model_config_file=args.model_config_file, port=args.port,
-        rest_api_port=None if args.rest_api_port < 0 else args.rest_api_port, host=args.host,
-        enable_batching=args.enable_batching, batching_parameters_file=args.batching_parameters_file,
-        poll_interval=args.poll_interval, max_request_bytes=args.max_request_bytes,
-        drain_timeout=args.drain_timeout, enable_warmup=not args.no_warmup,
-        validate_utf8=not args.allow_non_utf8, grpc_max_workers=args.grpc_max_workers,
-        monitoring_config_file=args.monitoring_config_file,
-        enable_serialization_as_tensor_content=args.tensor_content)
+    if getattr(args, "tfs_version", None):
+        print_version()
+        return 0
+    server = serve(**serve_settings(args))
     stop = threading.Event()
     received = []
 
@@ -107,7 +367,8 @@ def serve_main(args):
     try:
         server.start()
         rest = f" REST {server.rest_url}" if server.rest_url else ""
-        print(f"serving gRPC {server.grpc_target}{rest} models: {server.describe_models()}", flush=True)
+        socket = f" unix:{server.socket_path}" if server.socket_path else ""
+        print(f"serving gRPC {server.grpc_target or ''}{socket}{rest} models: {server.describe_models()}", flush=True)
         while not stop.wait(0.5):
             pass
         logging.getLogger("xlnet_tf.serving").info("%s received: stopping gracefully", received[0])
@@ -135,6 +396,13 @@ def add_query_arguments(parser):
     parser.add_argument("--question", action="append", help="question (repeat; one --context each)")
     parser.add_argument("--context", action="append", help="context paragraph of the question")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--ssl-ca-file", help="PEM file of the CA that signed the server's certificate: TLS (the "
+                                              "server runs with --ssl_config_file)")
+    parser.add_argument("--ssl-cert-file", help="PEM client certificate (chain), for a server with client_verify "
+                                                "(mTLS); with --ssl-key-file")
+    parser.add_argument("--ssl-key-file", help="PEM private key of --ssl-cert-file")
+    parser.add_argument("--ssl-target-name", help="the name the server's certificate must carry, when it differs "
+                                                  "from --server's host (e.g. a unix:PATH server)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
     parser.add_argument("--retries", type=int, default=3, help="retries on UNAVAILABLE")
     return parser
@@ -173,7 +441,12 @@ def query_main(args, out=None):
         raise UserError("nothing to ask: give --text (classification) or --question with --context (QA)")
     if args.text_b and len(args.text_b) != len(args.text):
         raise UserError("give one --text-b for each --text")
-    client = Client(args.server, args.model, version=args.version, timeout=args.timeout, retries=args.retries)
+    try:
+        client = Client(args.server, args.model, version=args.version, timeout=args.timeout, retries=args.retries,
+                        ssl_ca_file=args.ssl_ca_file, ssl_cert_file=args.ssl_cert_file,
+                        ssl_key_file=args.ssl_key_file, ssl_target_name=args.ssl_target_name)
+    except ValueError as error:
+        raise UserError(str(error)) from None
     try:
         if args.question:
             rows = client.answer(args.question, args.context, signature_name=args.signature or "serving_default")

@@ -143,6 +143,7 @@ class VersionState:
         self.inflight = 0
         self.failures = 0
         self.failed_fingerprint = None
+        self.failed_at = None
         self.available_at = None
         self.closing = False  # retired and its Session being closed (by the poller or its last request)
 
@@ -261,9 +262,10 @@ class ServedModel:
                     continue
                 elif state.state == END and state.error is None:
                     state = self.versions[version] = VersionState(self.name, version, on_disk[version])
-            if state.error is not None and state.failures >= self.manager.max_load_retries \
-                    and _fingerprint(state.path) == state.failed_fingerprint:
-                continue
+            if state.error is not None and _fingerprint(state.path) == state.failed_fingerprint:
+                if state.failures > self.manager.max_load_retries or \
+                        time.monotonic() - state.failed_at < self.manager.options.load_retry_interval:
+                    continue  # unchanged files: at most max_load_retries retries, load_retry_interval apart
             self._load(state)
         with self._cond:
             if not any(s.state == AVAILABLE and s.version in aspired for s in self.versions.values()):
@@ -307,6 +309,7 @@ class ServedModel:
                 state.state = END
                 state.error = serving_error
                 state.failures += 1
+                state.failed_at = time.monotonic()
                 state.failed_fingerprint = _fingerprint(state.path)
             manager.record(self.name, state.version, "load_failed", serving_error.message)
             if manager.metrics is not None:

@@ -192,10 +192,8 @@ class Servable:
             with self._lock:
                 if self.session is None:
                     raise errors.failed_precondition(f"version {self.version} of {self.name} is unloaded")
-                signature = self.signatures[prepared.signature_name]
-                function = self.session.make_callable(
-                    [signature.outputs[a].name for a in prepared.output_aliases],
-                    feed_list=[signature.inputs[a].name for a in aliases])
+                function = self._make_callable(self.signatures[prepared.signature_name], aliases,
+                                               prepared.output_aliases)
                 self._callables[key] = function
         rows = _common_rows(inputs)
         if deadline.at is None or rows is None or rows <= 1 or not self._splittable(prepared):
@@ -224,6 +222,16 @@ class Servable:
             seconds = self._row_seconds.get(key)
             self._row_seconds[key] = took if seconds is None else 0.5 * (seconds + took)
         return values
+
+    def _make_callable(self, signature, input_aliases, output_aliases):
+        """The Session's C++ callable for these feeds and fetches (Session::MakeCallable, what TensorFlow
+        Serving's Session::Run amounts to): Python's `Session.run` / `make_callable(feed_list=...)` would refuse
+        feeds whose shape differs from the placeholder's, which TensorFlow Serving leaves to the graph."""
+        from tensorflow.core.protobuf import config_pb2
+
+        options = config_pb2.CallableOptions(feed=[signature.inputs[a].name for a in input_aliases],
+                                             fetch=[signature.outputs[a].name for a in output_aliases])
+        return self.session._make_callable_from_options(options)
 
     def _splittable(self, prepared):
         """Whether the signature's outputs have dim 0 and known sizes beyond it (parts concatenate)."""

@@ -71,6 +71,8 @@ class ModelServer:
             return self
         self._started = True
         options = self.options
+        # The certificates are read first: a bad --ssl_config_file fails before any model loads.
+        credentials = server_credentials(options.ssl_config_file) if options.ssl_config_file else None
         self.manager.start()
         if options.batching is not None:
             self.scheduler = BatchScheduler(options.batching, self.metrics)
@@ -81,8 +83,8 @@ class ModelServer:
         add_services(self._grpc, self.core, options)
         if options.enable_grpc_healthcheck_service:
             self.health = add_health_service(self._grpc)
-        credentials = server_credentials(options.ssl_config_file) if options.ssl_config_file else None
-        self.port = self._listen(_address(self.host, options.port), credentials)
+        if options.port is not None:
+            self.port = self._listen(_address(self.host, options.port), credentials)
         if options.grpc_socket_path:
             self.socket_path = os.path.abspath(options.grpc_socket_path)
             self._listen(f"unix:{self.socket_path}", credentials)
@@ -191,7 +193,7 @@ class ModelServer:
         return "; ".join(parts)
 
 
-def serve(model_base_path=None, model_name=None, model_config_file=None, port=None, rest_api_port=...,
+def serve(model_base_path=None, model_name=None, model_config_file=None, port=..., rest_api_port=...,
           host=None, enable_batching=False, batching_parameters_file=None, *, batching_parameters=None,
           options=None, monitoring_config_file=None, enable_serialization_as_tensor_content=None,
           **fields) -> ModelServer:
@@ -200,7 +202,8 @@ def serve(model_base_path=None, model_name=None, model_config_file=None, port=No
     Models: `model_base_path` (a directory of integer version directories, local or a URL such as
     gs://bucket/exports/name) with `model_name` (default: the base path's last component), or
     `model_config_file` (a ModelServerConfig text proto, local or a URL; its base paths likewise). Ports: 0
-    picks a free port; `rest_api_port=None` turns REST off. Batching: `enable_batching` with
+    picks a free port; `rest_api_port=None` turns REST off, `port=None` the gRPC TCP port (serving on
+    `grpc_socket_path` only). Batching: `enable_batching` with
     `batching_parameters_file` (a BatchingParameters text proto) and/or `batching_parameters` (a dict of
     BatchingConfig fields overriding it). `monitoring_config_file`: a MonitoringConfig text proto; with
     `prometheus_config { enable: true }` the REST port answers GET on its path (default
@@ -228,12 +231,12 @@ def serve(model_base_path=None, model_name=None, model_config_file=None, port=No
                         entry.base_path)
     if "grpc_max_workers" in fields:  # the earlier name of grpc_max_threads
         fields["grpc_max_threads"] = fields.pop("grpc_max_workers")
-    for name, value in (("port", port), ("host", host),
-                        ("tensor_content", enable_serialization_as_tensor_content)):
+    for name, value in (("host", host), ("tensor_content", enable_serialization_as_tensor_content)):
         if value is not None:
             fields[name] = value
-    if rest_api_port is not ...:
-        fields["rest_api_port"] = rest_api_port
+    for name, value in (("port", port), ("rest_api_port", rest_api_port)):
+        if value is not ...:  # None: off
+            fields[name] = value
     if batching_parameters_file and not enable_batching:
         raise UserError("--batching-parameters-file needs --enable-batching")
     if enable_batching:
@@ -253,5 +256,7 @@ def check_options(options):
         raise UserError(f"grpc_max_threads must be >= 1, got {options.grpc_max_threads}")
     if options.rest_api_num_threads < 1:
         raise UserError(f"rest_api_num_threads must be >= 1, got {options.rest_api_num_threads}")
+    if options.port is None and not options.grpc_socket_path:
+        raise UserError("no gRPC listener: give a port or a grpc_socket_path")
     if options.rest_api_timeout_in_ms <= 0:
         raise UserError(f"rest_api_timeout_in_ms must be positive, got {options.rest_api_timeout_in_ms}")

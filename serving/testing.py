@@ -11,7 +11,9 @@ Signatures:
     classifier: serving_default(text) -> logits [B,2], probabilities [B,2], label_id [B] int64, label [B]
                 pair(text_a, text_b) -> the same; encode(text) -> sequence_output [B,8,4],
                 pooled_output [B,4], padding_mask [B,8]; slow(seconds [B] float) -> elapsed [B]
-                (sleeps max(seconds), without using CPU); on serialized tf.Examples whose bytes feature
+                (sleeps max(seconds), without using CPU); busy(text) -> score [B] (BUSY_STEPS
+                tanh(x W) steps of width BUSY_WIDTH per text: CPU time proportional to the batch);
+                scale(x [B,1] float) -> y = 2x (any shape the graph takes); on serialized tf.Examples whose bytes feature
                 `text` holds the text (TensorFlow Serving's Classify / Regress API, with its method
                 names): classification(inputs) -> classes [B,2] (the labels), scores [B,2] (the
                 probabilities); regression(inputs) -> outputs [B] (the probability of "positive")
@@ -24,6 +26,7 @@ from __future__ import annotations
 import os
 
 LABELS = ("negative", "positive")
+BUSY_STEPS, BUSY_WIDTH = 64, 256
 ENCODE_LENGTH = 8
 ENCODE_WIDTH = 4
 
@@ -46,6 +49,8 @@ def _module(kind, offset):
             self.offset = tf.Variable([offset, -offset], name="offset")
             self.labels = tf.constant(LABELS)
             self.encoder = tf.Variable([[0.01, -0.02, 0.03, 0.005]], name="encoder")
+            self.busy_weights = tf.Variable(tf.random.stateless_normal([BUSY_WIDTH, BUSY_WIDTH], [1, 2]) * 0.05,
+                                            name="busy_weights")
 
         def _classify(self, text):
             _, lengths, normalized = checked_lengths(text)
@@ -97,6 +102,21 @@ def _module(kind, offset):
                 tf.constant(0, tf.int64), lambda a, b: a + b)
             return {"elapsed": seconds + tf.cast(total, tf.float32)}
 
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+        def busy(self, text):
+            _, lengths, _ = checked_lengths(text)
+            state = tf.tile(lengths[:, None], [1, BUSY_WIDTH]) * 1e-3
+
+            def step(i, x):
+                return i + 1, tf.tanh(tf.matmul(x, self.busy_weights) + x)
+
+            _, state = tf.while_loop(lambda i, _: i < BUSY_STEPS, step, [tf.constant(0), state])
+            return {"score": tf.reduce_sum(state, axis=-1)}
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 1], tf.float32, name="x")])
+        def scale(self, x):
+            return {"y": 2.0 * x}
+
     class QA(Classifier):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="question"),
                                       tf.TensorSpec([None], tf.string, name="context")])
@@ -144,7 +164,8 @@ def build_standin(directory, kind="classifier", offset=0.0, warmup=True):
                 ("encode", {"text": ["warm up"]})]
     else:
         signatures = {"serving_default": module.classify, "pair": module.pair, "encode": module.encode,
-                      "slow": module.slow, "classification": module.classify_examples,
+                      "slow": module.slow, "busy": module.busy, "scale": module.scale,
+                      "classification": module.classify_examples,
                       "regression": module.regress_examples}
         warm = [("serving_default", {"text": ["warm up", "a second text"]}), ("encode", {"text": ["warm up"]})]
     tf.saved_model.save(module, str(directory), signatures=signatures)

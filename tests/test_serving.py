@@ -36,6 +36,7 @@ MAX_REQUEST_BYTES = 8 << 20  # both servers refuse larger requests (gRPC's defau
 POLL_SECONDS = {"xlnet-tf": 0.25, "tensorflow_model_server": 1}
 NEW_VERSION_BOUND_S = 15.0  # a new version answers within this many seconds of appearing on disk
 CLIENTS, REQUESTS_PER_CLIENT = 32, 50
+GRPC_THREADS = 64  # above CLIENTS: every concurrent request is taken (the default, 4 x CPUs, refuses the excess)
 TEXTS = ["a fine film", "dull", "Ünïcödé text — with punctuation!", "x" * 300, "two words", "?"]
 
 BATCHING_CONFIG = """
@@ -133,7 +134,7 @@ def server(request, models):
     if kind == "xlnet-tf":
         instance = serve(model_config_file=str(config), port=0, rest_api_port=0, enable_batching=True,
                          batching_parameters_file=str(models.batching_config), poll_interval=POLL_SECONDS[kind],
-                         max_request_bytes=MAX_REQUEST_BYTES).start()
+                         max_request_bytes=MAX_REQUEST_BYTES, grpc_max_threads=GRPC_THREADS).start()
         try:
             yield Running(kind, instance.grpc_target, instance.rest_url, reload_base, instance)
         finally:
@@ -143,7 +144,7 @@ def server(request, models):
     command = [TF_SERVING, "--port=0", f"--grpc_socket_path={socket_path}", "--rest_api_port=0",
                f"--model_config_file={config}", "--enable_batching=true",
                f"--batching_parameters_file={models.batching_config}",
-               f"--file_system_poll_wait_seconds={POLL_SECONDS[kind]}",
+               f"--file_system_poll_wait_seconds={POLL_SECONDS[kind]}", f"--grpc_max_threads={GRPC_THREADS}",
                f"--grpc_channel_arguments=grpc.max_receive_message_length={MAX_REQUEST_BYTES}"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     target = f"unix:{socket_path}"
@@ -1041,7 +1042,7 @@ def test_real_tiny_export_end_to_end(real_exports):
     config.write_text("model_config_list {\n" + "".join(
         f'  config {{ name: "{name}" base_path: "{work / "serving" / name}" model_platform: "tensorflow" }}\n'
         for name in ("cls", "squad", "doc")) + "}\n")
-    instance = serve(model_config_file=str(config), port=0, rest_api_port=0, enable_batching=True,
+    instance = serve(model_config_file=str(config), port=0, grpc_max_threads=GRPC_THREADS, rest_api_port=0, enable_batching=True,
                      batching_parameters={"max_batch_size": 16, "batch_timeout_micros": 2000, "num_batch_threads": 2},
                      poll_interval=0).start()
     try:
@@ -1162,7 +1163,7 @@ def test_real_export_classify_and_regress(real_exports):
     config.write_text("model_config_list {\n" + "".join(
         f'  config {{ name: "{name}" base_path: "{work / "serving" / name}" model_platform: "tensorflow" }}\n'
         for name in ("cls", "reg")) + "}\n")
-    instance = serve(model_config_file=str(config), port=0, rest_api_port=0, enable_batching=True,
+    instance = serve(model_config_file=str(config), port=0, grpc_max_threads=GRPC_THREADS, rest_api_port=0, enable_batching=True,
                      batching_parameters={"max_batch_size": 16, "batch_timeout_micros": 2000, "num_batch_threads": 2},
                      poll_interval=0).start()
     channel, stub = _stubs(instance.grpc_target)
@@ -1246,7 +1247,7 @@ def test_reload_config_adds_and_removes_models_while_clients_run(models, tmp_pat
     path = tmp_path / "models.config"
     path.write_text(f'model_config_list {{ config {{ name: "first" base_path: "{first[1]}" model_platform: '
                     f'"tensorflow" }} config {{ name: "third" base_path: "{third[1]}" model_platform: "tensorflow" }} }}')
-    instance = serve(model_config_file=str(path), port=0, rest_api_port=None, poll_interval=0.25).start()
+    instance = serve(model_config_file=str(path), port=0, grpc_max_threads=GRPC_THREADS, rest_api_port=None, poll_interval=0.25).start()
     events, stop, lock = [], threading.Event(), threading.Lock()
 
     def worker():
@@ -1317,7 +1318,7 @@ def test_prometheus_metrics_count_the_requests(models, tmp_path):
     print("\n[xlnet-tf serve] Prometheus metrics")
     monitoring = tmp_path / "monitoring.config"
     monitoring.write_text('prometheus_config { enable: true path: "/monitoring/prometheus/metrics" }\n')
-    instance = serve(model_base_path=str(models.base / "clf"), model_name="clf", port=0, rest_api_port=0,
+    instance = serve(model_base_path=str(models.base / "clf"), model_name="clf", port=0, grpc_max_threads=GRPC_THREADS, rest_api_port=0,
                      enable_batching=True, batching_parameters={"max_batch_size": 8, "batch_timeout_micros": 1000},
                      poll_interval=0, monitoring_config_file=str(monitoring)).start()
     try:
