@@ -11,10 +11,18 @@
 Each call has a deadline (`timeout` seconds) and is retried on UNAVAILABLE only (server starting,
 restarting, connection refused), `retries` times with exponential backoff; other failures raise
 ServingError with the server's code and message. Message-size limits are raised above gRPC's 4 MB.
+
+TLS (a server started with an SSLConfig, `--ssl_config_file`): give `ssl_ca_file` (PEM of the CA to trust;
+without it, the system's roots), and for mutual TLS `ssl_cert_file` with `ssl_key_file` (the client's PEM
+certificate chain and key); `ssl_target_name` overrides the name checked against the server's certificate
+(e.g. "localhost" for a unix:/path target). Any of them makes the channel a TLS one:
+
+    Client("localhost:8500", "sentiment", ssl_ca_file="ca.pem", ssl_cert_file="me.pem", ssl_key_file="me.key")
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -31,6 +39,8 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
     regression_pb2,
 )
+
+from xlnet_tf import files
 
 from .errors import ServingError
 from .tensors import dtype_name, from_ndarray, shape_of, to_ndarray
@@ -53,10 +63,14 @@ def _text(value):
 
 
 class Client:
-    """gRPC client for one model (and optionally one version) on a TensorFlow-Serving-compatible server."""
+    """gRPC client for one model (and optionally one version) on a TensorFlow-Serving-compatible server.
+
+    TLS: `ssl_ca_file`, `ssl_cert_file` + `ssl_key_file` (mutual TLS), `ssl_target_name` (PEM file paths, local
+    or URLs; see the module docstring); `tls` says whether the channel made here is a TLS one."""
 
     def __init__(self, target, model_name, version=None, timeout=10.0, retries=3, *, version_label=None,
-                 backoff=0.1, max_backoff=2.0, max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES, channel=None):
+                 backoff=0.1, max_backoff=2.0, max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES, channel=None,
+                 ssl_ca_file=None, ssl_cert_file=None, ssl_key_file=None, ssl_target_name=None):
         self.target = target
         self.model_name = model_name
         self.version = version
@@ -72,8 +86,19 @@ class Client:
                    ("grpc.initial_reconnect_backoff_ms", 100),
                    ("grpc.min_reconnect_backoff_ms", 100),
                    ("grpc.max_reconnect_backoff_ms", 1000)]
+        credentials = ssl_channel_credentials(ssl_ca_file, ssl_cert_file, ssl_key_file, ssl_target_name)
+        if credentials is not None and channel is not None:
+            raise ValueError("give either channel or the ssl_* options (they make the channel), not both")
+        if ssl_target_name:
+            options.append(("grpc.ssl_target_name_override", ssl_target_name))
+        self.tls = credentials is not None
         self._own_channel = channel is None
-        self.channel = channel or grpc.insecure_channel(target, options=options)
+        if channel is not None:
+            self.channel = channel
+        elif credentials is not None:
+            self.channel = grpc.secure_channel(target, credentials, options=options)
+        else:
+            self.channel = grpc.insecure_channel(target, options=options)
         self._predict = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
         self._models = model_service_pb2_grpc.ModelServiceStub(self.channel)
         self._signatures = None
@@ -290,6 +315,22 @@ class Client:
     def encode(self, texts, signature_name="encode"):
         """Encoder outputs of texts: {"sequence_output" [B,L,d], "pooled_output" [B,d], "padding_mask" [B,L]}."""
         return self.predict({"text": _strings(texts, "texts")}, signature_name)
+
+
+def ssl_channel_credentials(ca_file=None, cert_file=None, key_file=None, target_name=None):
+    """grpc.ChannelCredentials from PEM files (local or URLs): the CA to trust (None: the system's roots) and
+    the client's certificate chain and key (mutual TLS; both or neither); None when no option is given."""
+    if not (ca_file or cert_file or key_file or target_name):
+        return None
+    if bool(cert_file) != bool(key_file):
+        given, missing = ("ssl_cert_file", "ssl_key_file") if cert_file else ("ssl_key_file", "ssl_cert_file")
+        raise ValueError(f"{given} needs {missing}: a client certificate and its private key go together")
+
+    def read(path):
+        return files.read_bytes(os.fspath(path)) if path else None
+
+    return grpc.ssl_channel_credentials(root_certificates=read(ca_file), private_key=read(key_file),
+                                        certificate_chain=read(cert_file))
 
 
 def text_examples(columns, context=None):

@@ -10,6 +10,9 @@ is valid for tensorflow_model_server.
 
 from __future__ import annotations
 
+import re
+import ssl
+
 import grpc
 from google.protobuf import text_format
 
@@ -46,10 +49,12 @@ def ssl_config_class():
 
 def load_ssl_config(path, flag="--ssl_config_file"):
     """The SSLConfig message of a text-proto file (local or a URL); UserError naming the flag and file when it
-    does not parse or lacks the server's key and certificate."""
+    is missing, does not parse, lacks the server's key and certificate, or holds something other than PEM."""
     message = ssl_config_class()()
     try:
         text_format.Parse(read_config_file(path, flag), message)
+    except FileNotFoundError:
+        raise UserError(f"{flag} {path}: not found") from None
     except text_format.ParseError as error:
         raise UserError(f"{flag} {path}: not an SSLConfig text proto: {error}") from None
     for name in ("server_key", "server_cert"):
@@ -57,7 +62,25 @@ def load_ssl_config(path, flag="--ssl_config_file"):
             raise UserError(f"{flag} {path}: {name} is empty (a PEM string is required)")
     if message.client_verify and not message.custom_ca.strip():
         raise UserError(f"{flag} {path}: client_verify needs custom_ca (the CA that signs client certificates)")
+    _check_pem(message, f"{flag} {path}")
     return message
+
+
+def _check_pem(message, where):
+    """UserError when a field is not PEM of its kind (gRPC would only fail later, as "Failed to bind")."""
+    if not re.search(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.+-----END [A-Z ]*PRIVATE KEY-----", message.server_key,
+                     re.S):
+        raise UserError(f"{where}: server_key is not a PEM private key (-----BEGIN ... PRIVATE KEY-----)")
+    for name in ("server_cert", "custom_ca"):
+        text = getattr(message, name)
+        if name == "custom_ca" and not text.strip():
+            continue
+        try:
+            if "-----BEGIN CERTIFICATE-----" not in text:
+                raise ssl.SSLError("no -----BEGIN CERTIFICATE----- block")
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=text)
+        except (ssl.SSLError, ValueError) as error:
+            raise UserError(f"{where}: {name} is not a PEM certificate: {error}") from None
 
 
 def server_credentials(path):
