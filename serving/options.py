@@ -26,8 +26,8 @@ def cpu_count():
 class ServerOptions:
     """How a ModelServer listens, bounds its load and serves its models (not which models: see ModelEntry).
 
-    Listening: `host`, `port` (gRPC; 0 any free port), `rest_api_port` (0 any free port, None no REST),
-    `grpc_socket_path` (also serve gRPC on a unix socket), `ssl_config_file` (TensorFlow Serving's SSLConfig
+    Listening: `host`, `port` (gRPC; 0 any free port, None none: `grpc_socket_path` only), `rest_api_port`
+    (0 any free port, None no REST), `grpc_socket_path` (also serve gRPC on a unix socket), `ssl_config_file` (TensorFlow Serving's SSLConfig
     text proto: TLS, and mTLS with client_verify, on every gRPC listener), `grpc_channel_arguments`
     (TensorFlow Serving's "name=value,..." list), `enable_reload_config` (ModelService.HandleReloadConfigRequest
     answered; False refuses it with PERMISSION_DENIED), `enable_grpc_healthcheck_service` (grpc.health.v1).
@@ -49,7 +49,7 @@ class ServerOptions:
     """
 
     host: str = "127.0.0.1"
-    port: int = 8500
+    port: int | None = 8500
     rest_api_port: int | None = 8501
     grpc_socket_path: str | None = None
     ssl_config_file: str | None = None
