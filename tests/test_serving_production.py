@@ -301,7 +301,7 @@ def test_model_config_file_form_with_polling(base, tmp_path):
     argv = ["serve", f"--port={port}", f"--model_config_file={config}",
             f"--model_config_file_poll_wait_seconds={poll}", "--enable_batching=true",
             "--enable_serialization_as_tensor_content=true", "--enable_grpc_healthcheck_service", "true",
-            "--file_system_poll_wait_seconds", "1"]
+            "--file_system_poll_wait_seconds", "1", "--enable_reload_config=false"]
     settings = serve_settings(build_parser().parse_args(argv), environ={})
     print("\n" + " ".join(argv[1:]))
     print(f"    -> {settings}")
@@ -315,6 +315,17 @@ def test_model_config_file_form_with_polling(base, tmp_path):
         check("Predict with --enable_serialization_as_tensor_content=true", len(packed.tensor_content),
               "== 8 bytes and no float_val", len(packed.tensor_content) == 8 and not packed.float_val)
         check("health", _health(target), "SERVING", _health(target) == "SERVING")
+        from tensorflow_serving.apis import model_management_pb2, model_service_pb2_grpc
+
+        with grpc.insecure_channel(target) as channel:
+            try:
+                model_service_pb2_grpc.ModelServiceStub(channel).HandleReloadConfigRequest(
+                    model_management_pb2.ReloadConfigRequest(), timeout=10)
+                code = "OK"
+            except grpc.RpcError as error:
+                code = error.code().name
+        check("HandleReloadConfigRequest with --enable_reload_config=false", code, "PERMISSION_DENIED",
+              code == "PERMISSION_DENIED")
 
         failures, answered, stop = [], [0], threading.Event()
 
