@@ -7,6 +7,7 @@ from xlnet_tf.lazy import lazy_getattr
 _LAZY = {
     "serve": "xlnet_tf.serving.server",
     "ModelServer": "xlnet_tf.serving.server",
+    "ServerOptions": "xlnet_tf.serving.options",
     "Client": "xlnet_tf.serving.client",
     "ServingError": "xlnet_tf.serving.errors",
     "BatchingConfig": "xlnet_tf.serving.config",

@@ -412,3 +412,48 @@ def test_readme_lists_every_tensorflow_model_server_flag():
           "`python -c 'from xlnet_tf.serving.cli import tf_serving_flag_table as t; print(t())'`)", table in readme)
     check("flags in the table", len(TF_SERVING_FLAGS), ">= 47 (tensorflow_model_server 2.21's main.cc)",
           len(TF_SERVING_FLAGS) >= 47)
+
+
+def test_batched_requests_stop_waiting_at_their_deadline_and_labels_may_wait_when_allowed(base, tmp_path):
+    from tensorflow_serving.apis import model_management_pb2, model_service_pb2_grpc
+    from tensorflow_serving.config import model_server_config_pb2
+
+    instance = serve(model_base_path=str(base / "clf"), model_name="clf", port=0, rest_api_port=None,
+                     poll_interval=0, enable_batching=True, allow_version_labels_for_unavailable_models=True,
+                     batching_parameters={"max_batch_size": 64, "batch_timeout_micros": 1_000_000,
+                                          "num_batch_threads": 1}).start()
+    try:
+        client = Client(instance.grpc_target, "clf", timeout=0.3, retries=0)
+        began = time.monotonic()
+        code = _code(lambda: client.predict({"text": ["a fine film"]}))
+        waited = time.monotonic() - began
+        print(f"\nbatch timeout 1 s, deadline 0.3 s: {code} after {waited:.2f}s")
+        check("a batched request with a 0.3 s deadline in a batch that waits 1 s", code, "DEADLINE_EXCEEDED",
+              code == "DEADLINE_EXCEEDED")
+        check("seconds until its answer", f"{waited:.2f}", "<= 0.5", waited <= 0.5)
+        time.sleep(max(0.0, began + 1.2 - time.monotonic()))  # past the batch timeout: the worker looked
+        stats = instance.batch_stats()
+        check("requests dropped from the queue, not run (expired_in_queue)", stats["expired_in_queue"], "== 1",
+              stats["expired_in_queue"] == 1)
+
+        config = model_server_config_pb2.ModelServerConfig()
+        entry = config.model_config_list.config.add(name="clf", base_path=str(base / "clf"),
+                                                    model_platform="tensorflow")
+        entry.version_labels["next"] = 9  # a new label, for a version that does not exist yet
+        stub = model_service_pb2_grpc.ModelServiceStub(grpc.insecure_channel(instance.grpc_target))
+        try:
+            stub.HandleReloadConfigRequest(model_management_pb2.ReloadConfigRequest(config=config), timeout=30)
+            code = "OK"
+        except grpc.RpcError as error:
+            code = error.code().name
+        check("with --allow_version_labels_for_unavailable_models, a new label on version 9", code, "OK", code == "OK")
+        entry.version_labels["next"] = 8  # the label now exists: re-pointing it needs an available version
+        try:
+            stub.HandleReloadConfigRequest(model_management_pb2.ReloadConfigRequest(config=config), timeout=30)
+            code = "OK"
+        except grpc.RpcError as error:
+            code = error.code().name
+        check("re-pointing that label at version 8, also unavailable", code, "FAILED_PRECONDITION",
+              code == "FAILED_PRECONDITION")
+    finally:
+        instance.stop(2)
