@@ -183,10 +183,35 @@ def test_grpc_overload_is_refused_at_once_and_serving_goes_on(server):
     _ok_after(Client(server.grpc_target, "clf"))
 
 
-def test_predict_leaves_shapes_to_the_graph_and_version_labels_are_checked(server, base):
-    from tensorflow_serving.apis import model_management_pb2, model_service_pb2_grpc
+def _label_config(base, labels, all_versions=False):
+    """A ModelServerConfig serving BASE/clf with these version labels."""
     from tensorflow_serving.config import model_server_config_pb2
 
+    config = model_server_config_pb2.ModelServerConfig()
+    entry = config.model_config_list.config.add(name="clf", base_path=str(base / "clf"), model_platform="tensorflow")
+    if all_versions:
+        entry.model_version_policy.all.SetInParent()
+    for label, version in labels.items():
+        entry.version_labels[label] = version
+    return config
+
+
+def _reload(target, config=None):
+    """HandleReloadConfigRequest through tensorflow-serving-api's stub -> the status name (details printed)."""
+    from tensorflow_serving.apis import model_management_pb2, model_service_pb2_grpc
+
+    request = model_management_pb2.ReloadConfigRequest(config=config) if config is not None else \
+        model_management_pb2.ReloadConfigRequest()
+    with grpc.insecure_channel(target) as channel:
+        try:
+            model_service_pb2_grpc.ModelServiceStub(channel).HandleReloadConfigRequest(request, timeout=30)
+            return "OK"
+        except grpc.RpcError as error:
+            print(f"    reload: {error.code().name} {error.details()[:100]}")
+            return error.code().name
+
+
+def test_predict_leaves_shapes_to_the_graph_and_version_labels_are_checked(server, base):
     client = Client(server.grpc_target, "clf", timeout=10, retries=0)
     y = client.predict({"x": np.array([1.0, 2.0, 3.0], np.float32)}, signature_name="scale")["y"]
     check("`scale` (input [-1, 1]) on a [3] tensor: the graph takes it", y.tolist(), "[2, 4, 6]",
@@ -202,17 +227,7 @@ def test_predict_leaves_shapes_to_the_graph_and_version_labels_are_checked(serve
 
     model = server.manager.models["clf"]
     available = sorted(v for v, s in model.versions.items() if s.state == "AVAILABLE")
-    config = model_server_config_pb2.ModelServerConfig()
-    entry = config.model_config_list.config.add(name="clf", base_path=str(base / "clf"), model_platform="tensorflow")
-    entry.model_version_policy.all.SetInParent()
-    entry.version_labels["canary"] = 7  # no such version
-    stub = model_service_pb2_grpc.ModelServiceStub(grpc.insecure_channel(server.grpc_target))
-    try:
-        stub.HandleReloadConfigRequest(model_management_pb2.ReloadConfigRequest(config=config), timeout=30)
-        code = "OK"
-    except grpc.RpcError as error:
-        code = error.code().name
-        print(f"    label on version 7: {code} {error.details()[:100]}")
+    code = _reload(server.grpc_target, _label_config(base, {"canary": 7}, all_versions=True))  # no version 7
     check("a reload naming an unavailable version in a label", code, "FAILED_PRECONDITION", code == "FAILED_PRECONDITION")
     still = sorted(v for v, s in model.versions.items() if s.state == "AVAILABLE")
     check("versions serving after the refused reload", still, f"== {available}", still == available)
@@ -315,15 +330,7 @@ def test_model_config_file_form_with_polling(base, tmp_path):
         check("Predict with --enable_serialization_as_tensor_content=true", len(packed.tensor_content),
               "== 8 bytes and no float_val", len(packed.tensor_content) == 8 and not packed.float_val)
         check("health", _health(target), "SERVING", _health(target) == "SERVING")
-        from tensorflow_serving.apis import model_management_pb2, model_service_pb2_grpc
-
-        with grpc.insecure_channel(target) as channel:
-            try:
-                model_service_pb2_grpc.ModelServiceStub(channel).HandleReloadConfigRequest(
-                    model_management_pb2.ReloadConfigRequest(), timeout=10)
-                code = "OK"
-            except grpc.RpcError as error:
-                code = error.code().name
+        code = _reload(target)
         check("HandleReloadConfigRequest with --enable_reload_config=false", code, "PERMISSION_DENIED",
               code == "PERMISSION_DENIED")
 
@@ -414,10 +421,7 @@ def test_readme_lists_every_tensorflow_model_server_flag():
           len(TF_SERVING_FLAGS) >= 47)
 
 
-def test_batched_requests_stop_waiting_at_their_deadline_and_labels_may_wait_when_allowed(base, tmp_path):
-    from tensorflow_serving.apis import model_management_pb2, model_service_pb2_grpc
-    from tensorflow_serving.config import model_server_config_pb2
-
+def test_batched_requests_stop_waiting_at_their_deadline_and_labels_may_wait_when_allowed(base):
     instance = serve(model_base_path=str(base / "clf"), model_name="clf", port=0, rest_api_port=None,
                      poll_interval=0, enable_batching=True, allow_version_labels_for_unavailable_models=True,
                      batching_parameters={"max_batch_size": 64, "batch_timeout_micros": 1_000_000,
@@ -436,23 +440,9 @@ def test_batched_requests_stop_waiting_at_their_deadline_and_labels_may_wait_whe
         check("requests dropped from the queue, not run (expired_in_queue)", stats["expired_in_queue"], "== 1",
               stats["expired_in_queue"] == 1)
 
-        config = model_server_config_pb2.ModelServerConfig()
-        entry = config.model_config_list.config.add(name="clf", base_path=str(base / "clf"),
-                                                    model_platform="tensorflow")
-        entry.version_labels["next"] = 9  # a new label, for a version that does not exist yet
-        stub = model_service_pb2_grpc.ModelServiceStub(grpc.insecure_channel(instance.grpc_target))
-        try:
-            stub.HandleReloadConfigRequest(model_management_pb2.ReloadConfigRequest(config=config), timeout=30)
-            code = "OK"
-        except grpc.RpcError as error:
-            code = error.code().name
+        code = _reload(instance.grpc_target, _label_config(base, {"next": 9}))  # a new label, no version 9 yet
         check("with --allow_version_labels_for_unavailable_models, a new label on version 9", code, "OK", code == "OK")
-        entry.version_labels["next"] = 8  # the label now exists: re-pointing it needs an available version
-        try:
-            stub.HandleReloadConfigRequest(model_management_pb2.ReloadConfigRequest(config=config), timeout=30)
-            code = "OK"
-        except grpc.RpcError as error:
-            code = error.code().name
+        code = _reload(instance.grpc_target, _label_config(base, {"next": 8}))  # re-pointing it needs version 8
         check("re-pointing that label at version 8, also unavailable", code, "FAILED_PRECONDITION",
               code == "FAILED_PRECONDITION")
     finally:
