@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import errors, inference
 from .deadline import NONE
-from .servable import DEFAULT_SIGNATURE
+from .methods import DEFAULT_SIGNATURE
 
 
 class ServerCore:

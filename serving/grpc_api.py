@@ -22,7 +22,7 @@ from tensorflow_serving.apis import (
 
 from . import errors, inference
 from .deadline import Deadline
-from .servable import CLASSIFY_METHOD, DEFAULT_SIGNATURE, REGRESS_METHOD
+from .methods import CLASSIFY_METHOD, DEFAULT_SIGNATURE, REGRESS_METHOD
 from .tensors import from_ndarray, to_ndarray
 
 log = logging.getLogger("xlnet_tf.serving")

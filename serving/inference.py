@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import errors
-from .servable import CLASSIFY_METHOD, DEFAULT_SIGNATURE, REGRESS_METHOD
+from .methods import CLASSIFY_METHOD, DEFAULT_SIGNATURE, REGRESS_METHOD
 
 INPUTS = "inputs"
 CLASSES, SCORES, OUTPUTS = "classes", "scores", "outputs"

@@ -26,18 +26,15 @@ import time
 
 import numpy as np
 
-from . import errors
+from . import errors, inference
 from .deadline import NONE
+from .methods import CLASSIFY_METHOD, DEFAULT_SIGNATURE, PREDICT_METHOD, REGRESS_METHOD
 from .tensors import dtype_name, numpy_dtype, shape_of, to_ndarray
 
 log = logging.getLogger("xlnet_tf.serving")
 
 WARMUP_FILE = "assets.extra/tf_serving_warmup_requests"
 MAX_WARMUP_RECORDS = 1000  # TensorFlow Serving's WarmupConsts::kMaxNumRecords
-PREDICT_METHOD = "tensorflow/serving/predict"
-CLASSIFY_METHOD = "tensorflow/serving/classify"
-REGRESS_METHOD = "tensorflow/serving/regress"
-DEFAULT_SIGNATURE = "serving_default"
 PIECE_SECONDS = 0.25  # the time one piece of a long run with a deadline takes (see the module docstring)
 FIRST_PIECE_ROWS = 4  # rows of the first piece, before this signature's time per row is known
 
@@ -283,8 +280,6 @@ class Servable:
                 arrays = {alias: to_ndarray(tensor) for alias, tensor in request.inputs.items()}
                 prepared = self.prepare(request.model_spec.signature_name, arrays, tuple(request.output_filter))
             elif kind in ("classify_log", "regress_log"):
-                from . import inference
-
                 request = getattr(entry, kind).request
                 name, signature = self.signature(request.model_spec.signature_name)
                 method = CLASSIFY_METHOD if kind == "classify_log" else REGRESS_METHOD
