@@ -33,9 +33,9 @@ class ServerOptions:
     answered; False refuses it with PERMISSION_DENIED), `enable_grpc_healthcheck_service` (grpc.health.v1).
 
     Load and time limits: `grpc_max_threads` (RPCs handled at once; more are refused with RESOURCE_EXHAUSTED),
-    `rest_api_num_threads` (REST requests handled at once; more answered 429 at once),
-    `rest_api_timeout_in_ms` (a REST request's deadline), `rest_body_timeout` (seconds to receive a REST
-    request's headers and body), `max_request_bytes` / `max_response_bytes`, `drain_timeout`.
+    `rest_api_num_threads` (REST requests handled at once; more answered 503 at once),
+    `rest_api_timeout_in_ms` (a REST request's deadline, 504 past it), `rest_body_timeout` (seconds to receive a
+    REST request's line, headers and body in all: 408 past it), `max_request_bytes` / `max_response_bytes`, `drain_timeout`.
 
     Models: `batching` (a BatchingConfig, None without batching), `poll_interval` (seconds between looks for
     new versions), `model_config_file_poll_wait_seconds` (re-read the model config file this often; 0 never),

@@ -150,7 +150,7 @@ class ModelServer:
                 self._rest.shutdown()  # no new connections
             done = self._grpc.stop(grace)  # new RPCs refused now, running ones may finish within grace
             if self._rest is not None:
-                self._rest.server_close()  # joins the request threads
+                self._rest.server_close(grace)  # waits for the requests in progress, up to the grace period
             done.wait()
             running = self.manager.inflight()
             if running:
