@@ -72,7 +72,11 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def Predict(self, request, context):
         def run():
             name, version, label = _spec(request.model_spec)
-            arrays = {alias: to_ndarray(tensor) for alias, tensor in request.inputs.items()}
+            limit = self.core.options.max_request_bytes if self.core.options is not None else None
+            arrays = {alias: to_ndarray(tensor, limit) for alias, tensor in request.inputs.items()}
+            if limit is not None and sum(a.nbytes for a in arrays.values()) > limit:
+                raise errors.resource_exhausted(f"the request's tensors decode to more than {limit} bytes "
+                                                "(max_request_bytes)")
             served, signature, outputs = self.core.predict(
                 name, version, label, request.model_spec.signature_name, arrays, tuple(request.output_filter),
                 _deadline(context))

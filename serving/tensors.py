@@ -15,7 +15,7 @@ import math
 import numpy as np
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 
-from .errors import invalid_argument
+from .errors import invalid_argument, resource_exhausted
 
 DT = types_pb2.DataType
 
@@ -52,8 +52,10 @@ def shape_of(proto_shape):
     return [d.size for d in proto_shape.dim]
 
 
-def to_ndarray(proto) -> np.ndarray:
-    """TensorProto -> numpy (object arrays of bytes for DT_STRING)."""
+def to_ndarray(proto, limit_bytes=None) -> np.ndarray:
+    """TensorProto -> numpy (object arrays of bytes for DT_STRING). `limit_bytes`: RESOURCE_EXHAUSTED, before
+    anything is allocated, for a numeric tensor that would decode to more (a small message can declare a
+    huge shape with one value, which fills it)."""
     if proto.tensor_shape.unknown_rank:
         raise invalid_argument("a request tensor has an unknown rank")
     shape = [d.size for d in proto.tensor_shape.dim]
@@ -61,6 +63,12 @@ def to_ndarray(proto) -> np.ndarray:
         raise invalid_argument(f"a request tensor has a negative dimension: {shape}")
     count = math.prod(shape)
     dtype = proto.dtype
+    if limit_bytes is not None and dtype != DT.DT_STRING:
+        itemsize = np.dtype(_NUMPY[dtype]).itemsize if dtype in _NUMPY else 16
+        if count * itemsize > limit_bytes:
+            raise resource_exhausted(f"a {dtype_name(dtype)} tensor of shape {shape} would decode to "
+                                     f"{count * itemsize} bytes, more than the limit of {limit_bytes} bytes "
+                                     "(max_request_bytes)")
     if dtype not in _NUMPY:
         import tensorflow as tf  # rare dtypes (bfloat16, complex...): TensorFlow's own decoder
 

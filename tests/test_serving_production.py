@@ -233,6 +233,30 @@ def test_predict_leaves_shapes_to_the_graph_and_version_labels_are_checked(serve
     check("versions serving after the refused reload", still, f"== {available}", still == available)
 
 
+def test_a_small_message_declaring_a_huge_tensor_is_refused_before_it_is_decoded(server):
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "clf"
+    request.model_spec.signature_name = "slow"
+    tensor = request.inputs["seconds"]
+    tensor.dtype = 1  # DT_FLOAT
+    tensor.tensor_shape.dim.add(size=10 ** 10)  # 40 GB once filled with its one value
+    tensor.float_val.append(0.0)
+    began = time.monotonic()
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        try:
+            prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(request, timeout=10)
+            code = "OK"
+        except grpc.RpcError as error:
+            code, message = error.code().name, error.details()
+    took = time.monotonic() - began
+    print(f"\n{request.ByteSize()}-byte request declaring [10^10] floats: {code} after {took:.3f}s")
+    check("a 10^10-float tensor in a small message", code, "RESOURCE_EXHAUSTED", code == "RESOURCE_EXHAUSTED"
+          and "max_request_bytes" in message)
+    check("seconds to refuse it", f"{took:.3f}", "<= 0.5", took <= 0.5)
+    _ok_after(Client(server.grpc_target, "clf"))
+
 def _free_port():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
