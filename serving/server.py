@@ -256,6 +256,8 @@ def check_options(options):
         raise UserError(f"grpc_max_threads must be >= 1, got {options.grpc_max_threads}")
     if options.rest_api_num_threads < 1:
         raise UserError(f"rest_api_num_threads must be >= 1, got {options.rest_api_num_threads}")
+    if options.port and options.rest_api_port == options.port:
+        raise UserError(f"the REST port must differ from the gRPC port ({options.port}), as in TensorFlow Serving")
     if options.port is None and not options.grpc_socket_path:
         raise UserError("no gRPC listener: give a port or a grpc_socket_path")
     if options.rest_api_timeout_in_ms <= 0:
