@@ -21,8 +21,10 @@ DOCUMENT_TASKS = ("documents-finetune", "documents-latency")
 DOCUMENT_SEGMENTS = (1, 2, 4, 8)  # segments of seq_len per document
 # The "memory" group: peak memory and step time of training steps with each --recompute mode.
 MEMORY_TASKS = ("memory-pretrain", "memory-finetune")
+# The "serving" group: `xlnet-tf serve` with batching against serving_default in process (benchmarks/serving.py).
+SERVING_TASKS = ("serving-throughput",)
 DEFAULT_TASKS = STEP_TASKS + ("lengths",)  # a run without --tasks
-TASKS = DEFAULT_TASKS + ("documents", "memory")  # what --tasks accepts
+TASKS = DEFAULT_TASKS + ("documents", "memory", "serving")  # what --tasks accepts
 PRECISIONS = ("float32", "bfloat16")
 
 # XLNet-base; the published sizes besides it are in xlnet_tf.config.MODEL_SIZES.
@@ -58,7 +60,10 @@ class Case:
     max(segments) * seq_len tokens, its latency on one text of about S * seq_len tokens for each S; warmup
     and iterations count requests per S),
     or one of MEMORY_TASKS: "memory-pretrain" / "memory-finetune", a "pretrain" / "finetune" step with
-    `recompute` ("none", "blocks" or "attention"), measured for its peak memory and step time.
+    `recompute` ("none", "blocks" or "attention"), measured for its peak memory and step time,
+    or one of SERVING_TASKS: "serving-throughput", the export served with batching (max_batch_size and the
+    in-process batch: batch_size; max_seq_len: seq_len) against it in process, with `serving`'s parameters
+    (serving.PARAMETERS' keys: client counts, seconds, texts, overload factor, ...).
     size: the architecture (BASE_SIZE keys). Dropout 0.1 when training, no memory (mem_len 0) but within a
     document.
     padding (LENGTH_TASKS only): "buckets" (xlnet-tf's padding by length: length strata when fine-tuning,
@@ -80,6 +85,7 @@ class Case:
     sample_size: int = 0
     segments: tuple = ()
     recompute: str = ""
+    serving: tuple = ()
 
     @property
     def dims(self):
@@ -101,7 +107,8 @@ class Case:
 
     def to_dict(self):
         """The fields; `padding` and `sample_size` only for LENGTH_TASKS, `segments` only for DOCUMENT_TASKS,
-        `recompute` only for MEMORY_TASKS (the other cases' JSON is unchanged)."""
+        `recompute` only for MEMORY_TASKS, `serving` (a dict) only for SERVING_TASKS (the other cases' JSON is
+        unchanged)."""
         values = dataclasses.asdict(self)
         if self.task not in LENGTH_TASKS:
             del values["padding"], values["sample_size"]
@@ -111,6 +118,10 @@ class Case:
             del values["segments"]
         if self.task not in MEMORY_TASKS:
             del values["recompute"]
+        if self.task in SERVING_TASKS:
+            values["serving"] = dict(self.serving)
+        else:
+            del values["serving"]
         return values
 
     @classmethod
@@ -121,6 +132,10 @@ class Case:
                 values["size"].items() if isinstance(values["size"], dict) else values["size"])))
         if "segments" in values:
             values["segments"] = tuple(values["segments"])
+        if "serving" in values:
+            items = values["serving"].items() if isinstance(values["serving"], dict) else values["serving"]
+            values["serving"] = tuple(sorted((key, tuple(value) if isinstance(value, list) else value)
+                                             for key, value in items))
         return cls(**values)
 
     def label(self):
@@ -128,7 +143,9 @@ class Case:
         padding = f" {self.padding}" if self.padding else ""
         segments = f" S={','.join(map(str, self.segments))}" if self.segments else ""
         recompute = f" recompute={self.recompute}" if self.recompute else ""
-        return f"{self.implementation} {self.task}{padding}{segments}{recompute} T={self.seq_len} {mode}"
+        clients = dict(self.serving).get("clients")
+        serving = f" clients={','.join(map(str, clients))}" if clients else ""
+        return f"{self.implementation} {self.task}{padding}{segments}{recompute}{serving} T={self.seq_len} {mode}"
 
 
 def synthetic_batch(case: Case, seed: int = 0):

@@ -5,7 +5,8 @@ Tables: one of tokens/s per step case; when the "lengths" tasks ran, one of exam
 tokens (fine-tuning and predict on SST-2 lengths) and one of the exported classifier's latency by text length;
 when the "documents" tasks ran, one of fine-tuning examples/s and the export's latency by the segments of a
 long document, each against one segment; when the "memory" tasks ran, one of peak memory and step time per
---recompute mode against none.
+--recompute mode against none; when the "serving" task ran, one of the server's requests/s and latency by client
+count against the export in process, and under overload.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from __future__ import annotations
 import json
 import os
 
-from xlnet_tf.benchmarks.common import DOCUMENT_TASKS, LENGTH_TASKS, LENGTHS_FILE, MEMORY_TASKS, STEP_TASKS
+from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, LENGTH_TASKS, LENGTHS_FILE, MEMORY_TASKS, SERVING_TASKS,
+                                        STEP_TASKS)
 from xlnet_tf.benchmarks.suite import (LATENCY_WHERE, REFERENCES, document_growth, latency_ratio, length_row,
-                                       recompute_comparison)
+                                       recompute_comparison, serving_targets)
 
 COLUMNS = ("implementation", "task", "T", "precision", "XLA", "tokens/s", "ms/step", "GFLOP/s", "% peak",
            "peak MB", *(f"x {r}" for r in REFERENCES), "bf16 rel err")
@@ -24,6 +26,8 @@ LENGTH_COLUMNS = ("implementation", "task", "padding", "batch", "T", "boundaries
 LATENCY_COLUMNS = ("where", "text", "pieces", "p50 ms", "p99 ms", "requests")
 MEMORY_COLUMNS = ("task", "model", "batch", "T", "recompute", "peak MB", "x none", "ms/step", "x none", "bounds",
                   "met")
+SERVING_COLUMNS = ("run", "clients", "requests", "requests/s", "p50 ms", "p99 ms", "p99/p50", "x in process",
+                   "wrong answers", "errors")
 DOCUMENT_COLUMNS = ("S", "tokens", "fine-tuning examples/s", "s/example vs S=1", "text pieces", "latency p50 ms",
                     "latency p99 ms", "p50 vs S=1")
 
@@ -215,6 +219,85 @@ def memory_header(results):
             f"x none: against recompute none of the same task")
 
 
+def serving_rows(results):
+    """(the serving table, footnotes): in process (examples/s; latency per batch), served at each client count,
+    the overload run's accepted and refused requests; then the serving targets as footnotes."""
+    rows, notes = [], []
+    for row in results["rows"]:
+        if row["task"] not in SERVING_TASKS:
+            continue
+        if row["status"] != "ok":
+            rows.append(["", _footnote(row, notes)] + [""] * (len(SERVING_COLUMNS) - 2))
+            continue
+        local, overload = row["in_process"], row["overload"]
+        base = local["examples_per_s"]
+
+        def ratio(p50, p99):
+            return _number(p99 / p50, 2) if p50 and p99 is not None else ""
+
+        rows.append([f"in process, batches of {local['batch_size']} (latency per batch)", "", str(local["examples"]),
+                     _number(base, 2), _number(local["p50_ms"]), _number(local["p99_ms"]),
+                     ratio(local["p50_ms"], local["p99_ms"]), "1.00", "", ""])
+        for served in row["served"]:
+            errors = ", ".join(f"{code} {n}" for code, n in served["errors"].items()) or "0"
+            rows.append(["served (batching)", str(served["clients"]), str(served["requests"]),
+                         _number(served["requests_per_s"], 2), _number(served["p50_ms"]), _number(served["p99_ms"]),
+                         ratio(served["p50_ms"], served["p99_ms"]), _number(served["vs_in_process"], 2),
+                         str(served["wrong_answers"]), errors])
+        others = ", ".join(f"{code} {n}" for code, n in overload["other_errors"].items()) or "0"
+        rows.append([f"overload {overload['factor']:g}x, accepted", f"{overload['threads']} open-loop",
+                     str(overload["accepted"]), _number(overload["accepted_per_s"], 2),
+                     _number(overload["accepted_p50_ms"]), _number(overload["accepted_p99_ms"]),
+                     ratio(overload["accepted_p50_ms"], overload["accepted_p99_ms"]),
+                     _number(overload["accepted_per_s"] / base, 2), str(overload["wrong_answers"]), others])
+        rows.append([f"overload {overload['factor']:g}x, refused (RESOURCE_EXHAUSTED)", "", str(overload["rejected"]),
+                     "", _number(overload["rejected_p50_ms"], 1), _number(overload["rejected_p99_ms"], 1), "", "", "",
+                     ""])
+    for target in serving_targets(results["rows"]):
+        notes.append(_target_line(target))
+    return rows, notes
+
+
+def serving_header(results):
+    """What the serving table measured, in one line."""
+    row = next(r for r in results["rows"] if r["task"] in SERVING_TASKS)
+    params = row.get("serving") or {}
+    if row["status"] != "ok":
+        return f"xlnet-tf serve with batching, model {row.get('model')}: {row['status']}"
+    texts, batching, overload = row["texts"], row["batching"], row["overload"]
+    stats = (row.get("batch_stats") or {}).get("throughput") or {}
+    load = row.get("load_average") or {"before": None}
+    mean = stats["requests"] / stats["batches"] if stats.get("batches") else None
+    return (f"model {row['model']} ({row['export']}), max_seq_len {row['seq_len']}, float32; {texts['count']} "
+            f"one-sentence requests of SST-2 {texts['split']} lengths (pieces by the export's {texts['counted_by']}: mean "
+            f"{texts['pieces_mean']:.1f}, p50 {texts['pieces_p50']:.0f}, p99 {texts['pieces_p99']:.0f}, max "
+            f"{texts['pieces_max']:.0f}), in order, cycled. In process: serving_default (tf.saved_model.load) on "
+            f"consecutive batches of {row['batch_size']}, at least one pass and {params.get('seconds', 0):g} s. "
+            f"Served: python -m xlnet_tf.serving serve in its own process, gRPC on loopback, "
+            f"--grpc_max_threads={row['grpc_max_threads']['throughput']}, batching max_batch_size "
+            f"{batching['max_batch_size']}, batch_timeout_micros {batching['batch_timeout_micros']}, "
+            f"num_batch_threads {batching['num_batch_threads']}, max_enqueued_batches "
+            f"{batching['max_enqueued_batches']}" + (f" (mean {mean:.1f} requests per batch over the runs)"
+                                                     if mean else "")
+            + f"; closed loop, one gRPC channel per client, {params.get('seconds', 0):g} s per client count after "
+            f"one untimed request each; wrong answers: label_id differing from in process for the same text. "
+            f"Overload: {overload['target_rate']:.2f} requests/s ({overload['factor']:g}x the {overload['of_clients']}"
+            f"-client rate) sent open-loop for {overload['seconds']:g} s by {overload['threads']} threads (send lag "
+            f"p99 {overload['send_lag_p99_ms']:.0f} ms) to a server with --grpc_max_threads="
+            f"{row['grpc_max_threads']['overload']} and max_enqueued_batches "
+            f"{row['overload_batching']['max_enqueued_batches']}: refused {overload['rejected_grpc_limit']} by the "
+            f"concurrent-RPC limit, {overload['rejected_queue_full']} by the full queue"
+            + (f". Load average (1 min) {load['before']:.1f} before the timed runs, {load['after']:.1f} after, "
+               f"on {results['machine']['cores']} cores" if None not in load.values() else ""))
+
+
+def _target_line(target):
+    sign = "<=" if target["at_most"] else ">="
+    verdict = {True: "MET", False: "NOT MET", None: "NOT MEASURED"}[target["met"]]
+    value = "-" if target["value"] is None else f"{target['value']:.2f}"
+    return f"{verdict:12s} {target['target']}: {value} (bound {sign} {target['bound']}) - {target['detail']}"
+
+
 def target_lines(results):
     lines = []
     for target in results["targets"]:
@@ -270,6 +353,9 @@ def tables(results):
     if tasks & set(MEMORY_TASKS):
         out.append((MEMORY_COLUMNS, *memory_rows(results), 5, ("Recompute (memory for compute):",
                                                                 memory_header(results))))
+    if tasks & set(SERVING_TASKS):
+        out.append((SERVING_COLUMNS, *serving_rows(results), 2, ("Serving (xlnet-tf serve, batching):",
+                                                                  serving_header(results))))
     return out
 
 

@@ -1,6 +1,6 @@
 """xlnet-tf's own runners: the encoder forward, the training loop's fine-tuning and pretraining steps, and the
 exported SavedModel's `encode` signature (text in, so tokenization is timed too); the LENGTH_TASKS are in
-`run_lengths`, the DOCUMENT_TASKS in `run_documents`."""
+`run_lengths`, the DOCUMENT_TASKS in `run_documents`, the SERVING_TASKS in `serving`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import tempfile
 
 import numpy as np
 
-from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, LENGTH_TASKS, MEMORY_TASKS, Case, Unsupported, memory_length,
-                                        synthetic_batch, time_iterations)
+from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, LENGTH_TASKS, MEMORY_TASKS, SERVING_TASKS, Case, Unsupported,
+                                        memory_length, synthetic_batch, time_iterations)
 
 ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask")
 PRETRAIN_INPUTS = ENCODER_INPUTS + ("perm_mask", "target_mapping", "target_ids", "target_mask")
@@ -29,6 +29,10 @@ def run(case: Case) -> dict:
         from xlnet_tf.benchmarks import run_documents
 
         return run_documents.run(case)
+    if case.task in SERVING_TASKS:
+        from xlnet_tf.benchmarks import serving
+
+        return serving.run(case)
 
     keras.utils.set_random_seed(0)
     if case.implementation == "xlnet-tf-savedmodel":

@@ -4,8 +4,9 @@ peak measured in the same run, peak memory and ratios against the reference impl
 dynamic padding and the exported classifier's latency by text length, and, for the "documents" tasks, how a
 fine-tuning step's examples/s and the export's latency grow with the segments of a long document read with
 memory, and, for the "memory" tasks, the peak memory and step time of training steps with each --recompute
-mode against none; all checked against the project's speed and memory targets. Written to OUTPUT_DIR as
-results.json, report.md and throughput.png."""
+mode against none, and, for the "serving" task, `xlnet-tf serve`'s requests/s and latency with batching at 1, 8
+and 32 clients against the export in process, and under overload; all checked against the project's speed and
+memory targets. Written to OUTPUT_DIR as results.json, report.md and throughput.png."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import time
 import numpy as np
 
 from xlnet_tf.benchmarks.common import (BASE_SIZE, DEFAULT_TASKS, DOCUMENT_SEGMENTS, DOCUMENT_TASKS, LENGTH_TASKS,
-                                        MEMORY_TASKS, PRECISIONS, STEP_TASKS, Case)
+                                        MEMORY_TASKS, PRECISIONS, SERVING_TASKS, STEP_TASKS, Case)
 from xlnet_tf.config import MODEL_SIZES, RECOMPUTE_MODES
 from xlnet_tf.benchmarks.flops import step_flops
 from xlnet_tf.benchmarks.worker import RESULT_PREFIX
@@ -58,6 +59,9 @@ RECOMPUTE_BOUNDS = {"blocks": (0.5, 1.35), "attention": (None, None)}
 # TPU's peak from TensorFlow's memory info; "tensors": the peak of TensorFlow's tensors on the CPU (its BFC
 # allocator's statistics); "host": the process's peak resident size over its size after the imports.
 MEMORY_KINDS = {"device": "peak_device_mb", "tensors": "peak_tensor_mb", "host": "peak_mb"}
+# The "serving" task's bounds, at the largest client count: served examples/s over in process at least, p99 over
+# p50 at most; and wrong answers under overload at most.
+SERVING_BOUNDS = {"served_vs_in_process": 0.8, "p99_over_p50": 3.0, "overload_wrong_answers": 0}
 HAS_XLA = ("xlnet-tf", "keras-hub", "model-garden")
 PACKAGES = ("tensorflow", "keras", "tensorflow-text", "keras-hub", "tf-models-official", "tf-keras", "torch",
             "transformers")
@@ -112,7 +116,14 @@ class BenchmarkOptions:
     The "memory" tasks (not run by default) time a pretraining step of `size` at batch
     `memory_pretrain_batch_size` and a fine-tuning step of `memory_finetune_size` at batch
     `memory_finetune_batch_size`, both at `memory_seq_len`, float32 without XLA, once per recompute mode (1
-    untimed step, `long_iterations` timed), each in its own process for its peak memory."""
+    untimed step, `long_iterations` timed), each in its own process for its peak memory.
+
+    The "serving" task (not run by default; benchmarks/serving.py) serves the lengths tasks' export of `size`
+    (max_seq_len seq_len; or `serving_export_dir`, an existing export) with batching (max_batch_size
+    `serving_batch_size`) to `serving_clients` closed-loop gRPC clients for `serving_seconds` each, against
+    serving_default in process on batches of `serving_batch_size` (at least `serving_seconds`), on
+    `serving_texts` texts of SST-2 lengths; then `serving_overload` x the largest client count's requests/s,
+    open-loop, for `serving_seconds`, against a server with a small --grpc_max_threads and a bounded queue."""
 
     size: dict = dataclasses.field(default_factory=lambda: dict(BASE_SIZE))
     batch_size: int = 8
@@ -138,6 +149,12 @@ class BenchmarkOptions:
     memory_finetune_batch_size: int = 4
     memory_finetune_size: dict = dataclasses.field(
         default_factory=lambda: {key: getattr(MODEL_SIZES["large"], key) for key in BASE_SIZE})
+    serving_clients: tuple = (1, 8, 32)
+    serving_seconds: float = 60.0
+    serving_texts: int = 256
+    serving_batch_size: int = 32
+    serving_overload: float = 4.0
+    serving_export_dir: str = ""
     timeout: float = 1800.0
 
 
@@ -167,7 +184,8 @@ def plan_cases(options: BenchmarkOptions):
                             warmup=1 if long else options.warmup,
                             iterations=options.long_iterations if long else options.iterations,
                         ))
-    return cases + plan_length_cases(options) + plan_document_cases(options) + plan_memory_cases(options)
+    return (cases + plan_length_cases(options) + plan_document_cases(options) + plan_memory_cases(options)
+            + plan_serving_cases(options))
 
 
 def plan_length_cases(options: BenchmarkOptions):
@@ -221,6 +239,19 @@ def plan_memory_cases(options: BenchmarkOptions):
             for task in MEMORY_TASKS for mode in RECOMPUTE_MODES]
 
 
+def plan_serving_cases(options: BenchmarkOptions):
+    """The "serving" task's one case, when "serving" is asked for and xlnet-tf-savedmodel is among the
+    implementations."""
+    if "serving" not in options.tasks or "xlnet-tf-savedmodel" not in options.implementations:
+        return []
+    serving = {"clients": tuple(options.serving_clients), "seconds": options.serving_seconds,
+               "texts": options.serving_texts, "overload": options.serving_overload,
+               "overload_seconds": options.serving_seconds, "export_dir": options.serving_export_dir}
+    return [Case("xlnet-tf-savedmodel", SERVING_TASKS[0], options.serving_batch_size, options.seq_len, "float32",
+                 False, tuple(sorted(options.size.items())), warmup=1, iterations=1,
+                 serving=tuple(sorted(serving.items())))]
+
+
 def run_worker(arguments, timeout):
     """Runs `python -m xlnet_tf.benchmarks.worker ARGUMENTS` -> its result dict (status "failed" when none)."""
     command = [sys.executable, "-m", "xlnet_tf.benchmarks.worker", *arguments]
@@ -244,6 +275,10 @@ def summarize(case: Case, result: dict, peaks: dict):
     median step)."""
     row = {**case.to_dict(), "label": case.label(), **result}
     row.pop("size")
+    if case.task in SERVING_TASKS:
+        row["model"] = "export " + dict(case.serving)["export_dir"] if dict(case.serving).get("export_dir") \
+            else _size_name(case.dims)
+        return row
     if case.task in MEMORY_TASKS:
         row["model"] = _size_name(case.dims)
         if result.get("status") == "ok":
@@ -298,6 +333,35 @@ def recompute_comparison(rows):
             "time_bound": time_bound, "met": met,
         })
     return compared
+
+
+def serving_targets(rows):
+    """The "serving" rows' targets (SERVING_BOUNDS) -> [{target, value, bound, at_most, met, detail}]: at the
+    largest client count, served examples/s over in process and p99 over p50; wrong answers under overload (None
+    values, met None, when not measured)."""
+    targets = []
+    for row in rows:
+        if row["task"] not in SERVING_TASKS:
+            continue
+        top = (row.get("served") or [None])[-1] if row["status"] == "ok" else None
+        overload = row.get("overload") if row["status"] == "ok" else None
+        clients = top["clients"] if top else max(dict(row.get("serving") or {}).get("clients") or [0])
+        values = [
+            (f"served vs in-process examples/s at {clients} clients", "served_vs_in_process", False,
+             top and top["vs_in_process"],
+             top and f"{top['requests_per_s']:.2f} vs {row['in_process']['examples_per_s']:.2f} examples/s"),
+            (f"served p99 / p50 latency at {clients} clients", "p99_over_p50", True,
+             top and top["p50_ms"] and top["p99_ms"] / top["p50_ms"],
+             top and top["p50_ms"] and f"p99 {top['p99_ms']:.0f} ms, p50 {top['p50_ms']:.0f} ms"),
+            ("wrong answers under overload", "overload_wrong_answers", True, overload and overload["wrong_answers"],
+             overload and f"of {overload['accepted']} accepted, {overload['rejected']} refused"),
+        ]
+        for name, key, at_most, value, detail in values:
+            bound = SERVING_BOUNDS[key]
+            met = None if value is None else (value <= bound if at_most else value >= bound)
+            targets.append({"target": name, "value": value, "bound": bound, "at_most": at_most, "met": met,
+                            "detail": detail or f"not measured: {row['status']} {row.get('error', '')}".strip()})
+    return targets
 
 
 def best(rows, implementation, task, seq_len, precision="float32"):
@@ -475,5 +539,7 @@ def run_benchmark(options: BenchmarkOptions, output_dir, progress=True):
         results["documents"] = document_growth(rows)
     if "memory" in options.tasks:
         results["memory"] = recompute_comparison(rows)
+    if "serving" in options.tasks:
+        results["serving"] = serving_targets(rows)
     report.write(results, output_dir)
     return results

@@ -62,9 +62,12 @@ def _benchmark(args):
             raise UserError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     if args.warmup < 0 or args.long_seq_len < 0:
         raise UserError("--warmup and --long-seq-len must be >= 0")
+    if args.serving_seconds <= 0:
+        raise UserError(f"--serving-seconds must be > 0, got {args.serving_seconds}")
     quick = {  # --quick: a smoke run
         "long_seq_len": 0, "xla_modes": (False,), "warmup": 1, "iterations": 3, "lengths_steps": 3,
         "lengths_predict_rows": 4 * args.lengths_batch_size, "latency_requests": 10, "latency_warmup": 3,
+        "serving_seconds": min(args.serving_seconds, 3.0), "serving_texts": 64,
     } if args.quick else {}
     options = BenchmarkOptions(**{
         "size": {key: getattr(MODEL_SIZES[args.model_size], key) for key in BASE_SIZE},
@@ -79,6 +82,7 @@ def _benchmark(args):
         "memory_seq_len": args.memory_seq_len, "memory_pretrain_batch_size": args.memory_pretrain_batch_size,
         "memory_finetune_batch_size": args.memory_finetune_batch_size,
         "memory_finetune_size": {key: getattr(MODEL_SIZES[args.memory_finetune_size], key) for key in BASE_SIZE},
+        "serving_seconds": args.serving_seconds,
         **quick,
     })
     _local_only("--output-dir", args.output_dir, "the benchmark's worker processes write their results there")
@@ -457,7 +461,9 @@ def build_parser():
                             "documents (not by default): fine-tuning examples/s and the export's latency on long "
                             "documents of 1, 2, 4 and 8 segments of --seq-len read with memory; memory (not by "
                             "default): peak memory and step time of a pretraining step (--model-size) and a "
-                            "fine-tuning step (--memory-finetune-size) with each --recompute mode")
+                            "fine-tuning step (--memory-finetune-size) with each --recompute mode; serving (not by "
+                            "default): xlnet-tf serve with batching (--model-size's export) at 1, 8 and 32 gRPC "
+                            "clients against the export in process, then 4x overload")
     bench.add_argument("--precisions", default="float32,bfloat16", help="of xlnet-tf (references: float32)")
     bench.add_argument("--xla", default="both", choices=("both", "on", "off"))
     bench.add_argument("--implementations", default="xlnet-tf,xlnet-tf-savedmodel,keras-hub,model-garden,transformers",
@@ -477,6 +483,8 @@ def build_parser():
                        help="batch of the memory task's fine-tuning step")
     bench.add_argument("--memory-finetune-size", default="large", choices=("tiny", "base", "large"),
                        help="model size of the memory task's fine-tuning step")
+    bench.add_argument("--serving-seconds", type=float, default=60.0,
+                       help="seconds of the serving task's each client count, in-process run and overload run")
     bench.add_argument("--timeout", type=float, default=1800.0, help="seconds per case")
     bench.add_argument("--quick", action="store_true",
                        help="3 timed steps after 1, no XLA, no long sequences, a few lengths steps and requests: "
