@@ -39,7 +39,8 @@ def _training_options(args, strategy, **extra):
         train_steps=args.train_steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
         warmup_steps=args.warmup_steps, weight_decay=args.weight_decay, clip_norm=args.clip_norm,
         grad_accum_steps=args.grad_accum_steps, steps_per_loop=steps_per_loop, save_every=args.save_every,
-        keep_checkpoints=args.keep_checkpoints, jit_compile=args.jit_compile, seed=args.seed, **extra,
+        keep_checkpoints=args.keep_checkpoints, jit_compile=args.jit_compile, seed=args.seed,
+        initial_loss_scale=args.initial_loss_scale, loss_scale_growth_steps=args.loss_scale_growth_steps, **extra,
     )
 
 
@@ -250,7 +251,14 @@ def _add_training_flags(parser, steps_required=True):
     parser.add_argument("--save-every", type=int, default=1000, help="checkpoint every this many steps")
     parser.add_argument("--keep-checkpoints", type=int, default=5)
     _add_strategy_flags(parser)
-    parser.add_argument("--mixed-precision", choices=["bfloat16"], help="bfloat16 compute, float32 weights")
+    parser.add_argument("--mixed-precision", choices=["bfloat16", "float16"],
+                        help="bfloat16 (TPUs, A100 / H100, AVX512_BF16 / AMX CPUs) or float16 (GPUs with tensor cores: "
+                             "V100, T4, ...; with dynamic loss scaling) compute, float32 weights")
+    parser.add_argument("--initial-loss-scale", type=float, default=2.0 ** 15,
+                        help="float16: the loss scale to start from (halved on overflow, doubled after "
+                             "--loss-scale-growth-steps finite steps; Keras' defaults)")
+    parser.add_argument("--loss-scale-growth-steps", type=int, default=2000,
+                        help="float16: finite steps in a row before the loss scale doubles")
     parser.add_argument("--jit-compile", action="store_true", help="compile the whole replica step (forward, backward, "
                         "accumulation, all-reduce, clipping, AdamW) with XLA (one device, GPUs, TPUs)")
     parser.add_argument("--deterministic", action="store_true", help="deterministic TensorFlow ops")

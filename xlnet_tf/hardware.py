@@ -1,5 +1,5 @@
 """What the machine offers for a precision: the CPU's instruction sets (from /proc/cpuinfo) and the dtype
-policy of `--mixed-precision`, with a warning where bfloat16 would be emulated.
+policy of `--mixed-precision`, with a warning where bfloat16 or float16 would be emulated or slow.
 
 On a CPU without native bfloat16 instructions (AVX512_BF16 or AMX-BF16), TensorFlow emulates bfloat16
 matmuls: XLNet-base inference measured 57 tokens/s in bfloat16 against 293 in float32 on an AVX2-only CPU,
@@ -55,10 +55,38 @@ def accelerators(strategy):
 _READ = object()
 
 
+def float16_warning(strategy=None):
+    """The one-line warning for float16 on this machine, or None: a run on the CPU (emulated, slower than float32)
+    or a TPU (no float16 units), or on a GPU without float16 tensor cores (compute capability below 7.0)."""
+    devices = accelerators(strategy)
+    if any("TPU" in device.upper() for device in devices):
+        return "--mixed-precision float16 on a TPU: TPUs compute in bfloat16; use --mixed-precision bfloat16"
+    if not devices:
+        return ("--mixed-precision float16 on a CPU: TensorFlow emulates float16 matmuls, slower than float32; "
+                "float16 pays on GPUs with tensor cores (V100, T4, A100, ...); leave out --mixed-precision here")
+    import tensorflow as tf
+
+    slow = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        capability = (tf.config.experimental.get_device_details(gpu) or {}).get("compute_capability")
+        if capability and tuple(capability) < (7, 0):
+            slow.append(f"{gpu.name} (compute capability {capability[0]}.{capability[1]})")
+    if slow:
+        return (f"--mixed-precision float16 on {', '.join(slow)}: no float16 tensor cores (they start at compute "
+                "capability 7.0, V100 / T4), so float16 runs at about float32's speed")
+    return None
+
+
 def precision_policy(mixed_precision, strategy=None, flags=_READ):
-    """The Keras dtype policy of `--mixed-precision` ("mixed_bfloat16" for "bfloat16", else None: float32),
-    logging `bfloat16_warning` when it applies (`flags`: the CPU's, read from /proc/cpuinfo by default; None
-    = unknown)."""
+    """The Keras dtype policy of `--mixed-precision`: "mixed_bfloat16" for "bfloat16", "mixed_float16" for
+    "float16" (the training loop then scales the loss), else None (float32), logging `bfloat16_warning` /
+    `float16_warning` when it applies (`flags`: the CPU's, read from /proc/cpuinfo by default; None =
+    unknown)."""
+    if mixed_precision == "float16":
+        warning = float16_warning(strategy)
+        if warning:
+            log.warning(warning)
+        return "mixed_float16"
     if mixed_precision != "bfloat16":
         return None
     warning = bfloat16_warning(cpu_flags() if flags is _READ else flags, accelerators(strategy))

@@ -6,6 +6,14 @@ carries Transformer-XL memory from micro-batch to micro-batch, accumulates the g
 the loss) once, clips them by their global norm and applies AdamW; with `jit_compile` that whole replica step is
 one XLA function. Checkpoints (model, optimizer, step, dropout state, memory) are written every `save_every`
 steps, on exit and on SIGTERM; rerunning resumes where the last one stopped.
+
+A float16 model (the mixed_float16 policy: float32 master weights) trains with dynamic loss scaling, as Keras'
+LossScaleOptimizer does it: the loss is multiplied by the scale before the backward pass and the all-reduced
+gradients divided by it; a step whose gradients are not finite is skipped (no update: neither the optimizer,
+its iteration count and so the learning-rate schedule, nor the step counter advance; its batch is consumed)
+and the scale halved, down to 1; after `loss_scale_growth_steps` finite steps in a row the scale doubles. The
+scale, its counter and the skipped steps are checkpointed (a resume is exact) and logged. The run stops as
+diverged when the loss itself is not finite, or the gradients overflow at scale 1.
 """
 
 from __future__ import annotations
@@ -49,7 +57,8 @@ class TrainingOptions:
     steps_per_loop: optimizer steps per host call (one compiled loop; logs and checkpoints happen between
     calls). 10 suits CPUs and GPUs; on TPUs, where every host call is a round trip to the TPU host, use a few
     hundred (the original XLNet ran 1000 per call). jit_compile: the whole replica step is one XLA function
-    (one device, GPUs, TPUs; not several CPU replicas).
+    (one device, GPUs, TPUs; not several CPU replicas). initial_loss_scale, loss_scale_growth_steps: dynamic
+    loss scaling of a float16 model (see the module docstring; the scale changes by a factor of 2, never below 1).
     """
 
     train_steps: int
@@ -67,6 +76,8 @@ class TrainingOptions:
     keep_checkpoints: int = 5
     jit_compile: bool = False
     seed: int = 0
+    initial_loss_scale: float = 2.0 ** 15  # float16 only: Keras' LossScaleOptimizer's defaults
+    loss_scale_growth_steps: int = 2000
 
     def __post_init__(self):
         for name in ("train_steps", "batch_size", "grad_accum_steps", "steps_per_loop", "save_every",
@@ -77,6 +88,9 @@ class TrainingOptions:
             raise UserError(f"--learning-rate must be > 0, got {self.learning_rate}")
         if not 0 < self.layer_decay <= 1:
             raise UserError(f"--layer-decay must be in (0, 1], got {self.layer_decay}")
+        if self.initial_loss_scale < 1 or self.loss_scale_growth_steps < 1:
+            raise UserError("--initial-loss-scale must be >= 1 and --loss-scale-growth-steps >= 1, got "
+                            f"{self.initial_loss_scale} and {self.loss_scale_growth_steps}")
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -157,14 +171,26 @@ class Trainer:
             # Advanced inside the replica step, by the first replica (as keras' own `iterations`).
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
                                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            self.loss_scaled = self.model.compute_dtype == "float16"
+            self.loss_scale = self.good_steps = self.skipped_steps = None
+            if self.loss_scaled:  # updated inside the replica step from all-reduced values: equal on every replica
+                first = tf.VariableAggregation.ONLY_FIRST_REPLICA
+                self.loss_scale = tf.Variable(float(options.initial_loss_scale), dtype=tf.float32, trainable=False,
+                                              name="loss_scale", aggregation=first)
+                self.good_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="loss_scale_good_steps",
+                                              aggregation=first)
+                self.skipped_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps",
+                                                 aggregation=first)
         run_options = getattr(self.model, "run_options", None)
         self.mem_len = getattr(run_options, "mem_len", 0)
         # Dropout's random state (keras seed generators, whose copies on every replica hold the same value; masks
         # fold the replica in) is not among the weights: checkpoint it for exact resumes.
         weights = {id(v) for v in self.model.weights}
         random_state = [v.value for v in self.model.variables if id(v) not in weights]
+        scaling = dict(loss_scale=self.loss_scale, loss_scale_good_steps=self.good_steps,
+                       skipped_steps=self.skipped_steps) if self.loss_scaled else {}
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step,
-                                              random_state=random_state)
+                                              random_state=random_state, **scaling)
         directory = self.model_dir if self.chief else tempfile.mkdtemp(prefix="xlnet-tf-worker-")
         self._scratch = None if self.chief else directory
         self.manager = tf.train.CheckpointManager(
@@ -199,15 +225,49 @@ class Trainer:
                 # A count: no gradient flows back through this all-reduce.
                 total_weight = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.stop_gradient(weight))
                 loss = tf.math.divide_no_nan(loss_sum, total_weight) / accumulate
+                scaled = loss * self.loss_scale if self.loss_scaled else loss
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
-                     for g in tape.gradient(loss, variables)]
+                     for g in tape.gradient(scaled, variables)]
             new_mems = outputs["new_mems"] if use_mems else mems
             return loss, grads, new_mems
 
+        def update(grads, kept):
+            """Clips and applies the all-reduced gradients, advances the step -> the global gradient norm."""
+            if options.clip_norm > 0:
+                grads, norm = tf.clip_by_global_norm(grads, options.clip_norm)
+            else:
+                norm = tf.linalg.global_norm(grads)
+            optimizer.apply(grads, [variables[i] for i in kept])
+            self.step.assign_add(1)
+            return norm
+
+        def scaled_update(grads, kept):
+            """Dynamic loss scaling (see the module docstring) -> (norm, NaN for a skipped step; whether the run
+            may go on)."""
+            scale = tf.identity(self.loss_scale)
+            grads = [g / tf.cast(scale, g.dtype) for g in grads]
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+
+            def apply():
+                norm = update(grads, kept)
+                grow = self.good_steps + 1 >= options.loss_scale_growth_steps
+                self.loss_scale.assign(tf.where(grow, 2.0 * scale, scale))
+                self.good_steps.assign(tf.where(grow, tf.constant(0, tf.int64), self.good_steps + 1))
+                return norm
+
+            def skip():
+                self.loss_scale.assign(tf.maximum(0.5 * scale, 1.0))
+                self.good_steps.assign(0)
+                self.skipped_steps.assign_add(1)
+                return tf.constant(float("nan"))
+
+            norm = tf.cond(finite, apply, skip)
+            return norm, tf.logical_or(finite, scale > 1.0)
+
         def replica_step(batches, mems):
             """One optimizer step on one replica: `batches` its grad_accum_steps micro-batches (a tuple), `mems` its
-            memory (a list of [B, M, d], or empty) -> (step loss, global gradient norm), the same on every replica,
-            and the new memory."""
+            memory (a list of [B, M, d], or empty) -> (step loss, global gradient norm, whether the run may go
+            on), the same on every replica, and the new memory."""
             loss, grads = tf.constant(0.0), None
             for batch in batches:
                 micro_loss, micro_grads, mems = forward_backward(batch, mems)
@@ -219,13 +279,12 @@ class Trainer:
             # The step's one all-reduce: the exact global gradient, and the loss with it.
             loss, *grads = tf.distribute.get_replica_context().all_reduce(
                 tf.distribute.ReduceOp.SUM, [loss] + [grads[i] for i in kept])
-            if options.clip_norm > 0:
-                grads, norm = tf.clip_by_global_norm(grads, options.clip_norm)
+            if self.loss_scaled:
+                norm, healthy = scaled_update(grads, kept)
             else:
-                norm = tf.linalg.global_norm(grads)
-            optimizer.apply(grads, [variables[i] for i in kept])
-            self.step.assign_add(1)
-            return loss, norm, mems
+                norm = update(grads, kept)
+                healthy = tf.math.is_finite(norm)
+            return loss, norm, tf.logical_and(healthy, tf.math.is_finite(loss)), mems
 
         if options.jit_compile:
             replica_step = tf.function(replica_step, jit_compile=True)
@@ -238,10 +297,11 @@ class Trainer:
             finite = tf.constant(True)
             for _ in tf.range(num_steps):
                 batches = tuple(next(iterator) for _ in range(accumulate))
-                step_loss, norm, mems = strategy.run(replica_step, args=(batches, mems))
+                step_loss, norm, healthy, mems = strategy.run(replica_step, args=(batches, mems))
                 # Already all-reduced: every replica holds the same value; take the first local one.
-                step_loss, norm = (strategy.experimental_local_results(t)[0] for t in (step_loss, norm))
-                finite = tf.logical_and(finite, tf.logical_and(tf.math.is_finite(step_loss), tf.math.is_finite(norm)))
+                step_loss, norm, healthy = (strategy.experimental_local_results(t)[0]
+                                            for t in (step_loss, norm, healthy))
+                finite = tf.logical_and(finite, healthy)
                 loss_total += step_loss
             return loss_total / tf.cast(num_steps, tf.float32), norm, finite, mems
 
@@ -308,8 +368,14 @@ class Trainer:
         return None
 
     def data_iterator(self, start_step=0):
-        """Per-replica batches of the input from step `start_step` on, distributed by the strategy."""
-        return iter(self.strategy.distribute_datasets_from_function(lambda ctx: self.inputs.dataset(ctx, start_step)))
+        """Per-replica batches of the input from step `start_step` on (counting the steps skipped by loss scaling,
+        which consumed their batches), distributed by the strategy."""
+        start = start_step + self.skipped()
+        return iter(self.strategy.distribute_datasets_from_function(lambda ctx: self.inputs.dataset(ctx, start)))
+
+    def skipped(self):
+        """Steps skipped by dynamic loss scaling so far (0 without it)."""
+        return int(self.skipped_steps.numpy()) if self.loss_scaled else 0
 
     def traced_programs(self):
         """How many programs the training step was traced into: the XLA-compiled replica step's traces with
@@ -348,14 +414,16 @@ class Trainer:
             while step < options.train_steps and self._stop_signal is None:
                 count = min(options.steps_per_loop, options.train_steps - step,
                             options.save_every - step % options.save_every)
-                began = time.perf_counter()
+                began, before = time.perf_counter(), step
                 loss, norm, finite, mems = self.run_steps(iterator, mems, count)
                 loss = float(loss)
                 elapsed = time.perf_counter() - began
                 if not bool(finite):
                     latest = self.manager.latest_checkpoint or "none yet"
+                    scaled = (f" (float16, loss scale now {float(self.loss_scale.numpy()):g}: the loss itself was not "
+                              "finite, or the gradients overflowed at loss scale 1)") if self.loss_scaled else ""
                     raise TrainingDiverged(
-                        f"NaN or Inf in the loss or gradients between steps {step + 1} and {step + count}; "
+                        f"NaN or Inf in the loss or gradients between steps {step + 1} and {step + count}{scaled}; "
                         f"stopped without saving; the last good checkpoint is kept: {latest}"
                     )
                 real, padded = self.inputs.token_counts(step, step + count)
@@ -365,13 +433,16 @@ class Trainer:
                     "step": step, "loss": loss, "learning_rate": float(self.schedule(step - 1)),
                     "grad_norm": float(norm), "examples_per_sec": examples / elapsed,
                 }
+                if self.loss_scaled:
+                    record.update(loss_scale=float(self.loss_scale.numpy()), skipped_steps=self.skipped())
                 if padded:  # real tokens, and the positions computed with their padding
                     record.update(tokens=real, padded_tokens=padded, tokens_per_sec=real / elapsed,
                                   padded_tokens_per_sec=padded / elapsed)
                 record.update(peak_memory_mb(self.strategy))
                 records.append(record)
                 summary.write(record)
-                if step % options.save_every == 0 or step >= options.train_steps:
+                # (A call whose steps were all skipped by loss scaling stays on its step: nothing new to save.)
+                if step > before and (step % options.save_every == 0 or step >= options.train_steps):
                     checkpoint()
             if self._stop_signal is not None:
                 checkpoint()
