@@ -177,8 +177,9 @@ TF_SERVING_FLAGS = (
     TFServingFlag("enable_profiler", "bool", "true", _NO_EFFECT + ": no profiler service"),
     TFServingFlag("thread_pool_factory_config_file", "string", "", "refused: custom thread pools are not "
                   "supported", refused=True),
-    TFServingFlag("mixed_precision", "string", "", "refused: the automatic mixed-precision rewrite is not "
-                  "available here", refused=True),
+    TFServingFlag("mixed_precision", "string", "", "bfloat16: TensorFlow's oneDNN bfloat16 rewrite on every "
+                  "Session (refused on a CPU where it changes nothing); another value is ignored with a warning, "
+                  "as there", _set("mixed_precision")),
     TFServingFlag("skip_initialize_tpu", "bool", "false", _NO_EFFECT + ": no TPU is initialised"),
     TFServingFlag("enable_grpc_healthcheck_service", "bool", "false", "grpc.health.v1.Health: SERVING for \"\", "
                   "ModelService and PredictionService", _set("enable_grpc_healthcheck_service")),

@@ -41,7 +41,8 @@ class ServerOptions:
     new versions), `model_config_file_poll_wait_seconds` (re-read the model config file this often; 0 never),
     `enable_warmup`, `warmup_iterations`, `max_load_retries`, `load_retry_interval` (seconds),
     `saved_model_tags`, `session_config` (a tf.compat.v1.ConfigProto or None), `validate_utf8`,
-    `allow_version_labels_for_unavailable_models`.
+    `allow_version_labels_for_unavailable_models`, `mixed_precision` ("bfloat16": TensorFlow's oneDNN bfloat16
+    rewrite on every Session, see serving/precision.py; "": off).
 
     Responses: `tensor_content` (Predict's numeric outputs packed, TensorFlow Serving's
     --enable_serialization_as_tensor_content; default the typed fields), `monitoring_path` (Prometheus
@@ -75,6 +76,7 @@ class ServerOptions:
     session_config: object = None
     validate_utf8: bool = True
     allow_version_labels_for_unavailable_models: bool = False
+    mixed_precision: str = ""
     tensor_content: bool = False
     monitoring_path: str | None = None
 

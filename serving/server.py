@@ -245,7 +245,30 @@ def serve(model_base_path=None, model_name=None, model_config_file=None, port=..
         fields["monitoring_path"] = load_monitoring_config(monitoring_config_file)
     options = (options or ServerOptions()).replace(**fields)
     check_options(options)
+    if options.mixed_precision:
+        options = _mixed_precision(options)
     return ModelServer(entries, options, model_config_file=model_config_file)
+
+
+def _mixed_precision(options):
+    """--mixed_precision as TensorFlow Serving takes it: bfloat16 turns TensorFlow's bfloat16 rewrite on (refused
+    where it would not change anything); another value is ignored with a warning, as there."""
+    from .precision import bfloat16_rewrite_applies, with_bfloat16_rewrite
+
+    if options.mixed_precision != "bfloat16":
+        log.warning("%s auto mixed precision is not supported. Valid option: bfloat16", options.mixed_precision)
+        return options.replace(mixed_precision="")
+    if not bfloat16_rewrite_applies():
+        from xlnet_tf.hardware import cpu_flags
+
+        flags = cpu_flags() or frozenset()
+        present = ", ".join(sorted(f for f in flags if f.startswith(("avx512", "amx")))) or "no AVX-512 or AMX"
+        raise UserError("--mixed_precision=bfloat16: TensorFlow's automatic mixed-precision rewrite "
+                        "(auto_mixed_precision_onednn_bfloat16) changes nothing on this CPU (its oneDNN has no "
+                        f"bfloat16 here; /proc/cpuinfo: {present}), so the models would run in float32; serve "
+                        "without the flag")
+    log.info("Running inference with bfloat16 auto mixed precision")
+    return options.replace(session_config=with_bfloat16_rewrite(options.session_config))
 
 
 def check_options(options):

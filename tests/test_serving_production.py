@@ -471,3 +471,30 @@ def test_batched_requests_stop_waiting_at_their_deadline_and_labels_may_wait_whe
               code == "FAILED_PRECONDITION")
     finally:
         instance.stop(2)
+
+
+def test_mixed_precision_bfloat16_runs_the_rewrite_or_is_refused(base):
+    from xlnet_tf.serving.precision import bfloat16_rewrite_applies
+
+    applies = bfloat16_rewrite_applies()
+    print(f"\nTensorFlow's oneDNN bfloat16 rewrite changes a float32 graph on this CPU: {applies}")
+    if not applies:
+        with pytest.raises(UserError) as refused:
+            serve(model_base_path=str(base / "clf"), port=0, rest_api_port=None, poll_interval=0,
+                  mixed_precision="bfloat16")
+        print(f"    {refused.value}")
+        check("--mixed_precision=bfloat16 where the rewrite changes nothing", "refused", "refused, naming the flag",
+              "--mixed_precision=bfloat16" in str(refused.value))
+    else:
+        with serve(model_base_path=str(base / "clf"), port=0, rest_api_port=None, poll_interval=0,
+                   mixed_precision="bfloat16") as instance:
+            got = Client(instance.grpc_target, "clf", timeout=30).predict({"text": ["a fine film", "dull"]})
+        with serve(model_base_path=str(base / "clf"), port=0, rest_api_port=None, poll_interval=0) as instance:
+            want = Client(instance.grpc_target, "clf", timeout=30).predict({"text": ["a fine film", "dull"]})
+        diff = float(np.max(np.abs(got["probabilities"] - want["probabilities"])))
+        check("bfloat16-rewritten probabilities vs float32: max |diff|", f"{diff:.1e}", "<= 2e-2", diff <= 2e-2)
+    with serve(model_base_path=str(base / "clf"), port=0, rest_api_port=None, poll_interval=0,
+               mixed_precision="float16") as instance:
+        rows = Client(instance.grpc_target, "clf", timeout=30).classify(["a fine film"])
+    check("--mixed_precision=float16 (ignored with a warning, as TensorFlow Serving does)", rows[0]["label"],
+          "served", rows[0]["label"] in ("negative", "positive"))
