@@ -474,8 +474,10 @@ def test_batched_requests_stop_waiting_at_their_deadline_and_labels_may_wait_whe
 
 
 def test_mixed_precision_bfloat16_runs_the_rewrite_or_is_refused(base):
-    from xlnet_tf.serving.precision import bfloat16_rewrite_applies
+    from xlnet_tf.serving.precision import bfloat16_rewrite_applies, rewrite_applies
 
+    control = rewrite_applies("auto_mixed_precision_cpu", "float16")
+    check("the probe finds TensorFlow's float16 rewrite for CPUs (its positive control)", control, "True", control)
     applies = bfloat16_rewrite_applies()
     print(f"\nTensorFlow's oneDNN bfloat16 rewrite changes a float32 graph on this CPU: {applies}")
     if not applies:
