@@ -270,12 +270,12 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
     from .signatures import EXAMPLE_METHODS, EXAMPLE_SIGNATURES, build_reusable_module, build_serving_module
     from xlnet_tf.heads import load_finetuned
     from xlnet_tf.model import SPM_FILE
-    from xlnet_tf.tokenization import XLNetTokenizer
+    from xlnet_tf.tokenization import XLNetTokenizer, tokenizer_settings
 
     # float32 variables whatever the training precision; no dropout.
     model, _ = load_finetuned(model_dir, dtype="float32", dropout=0.0, dropatt=0.0)
     tokenizer = XLNetTokenizer(os.path.join(model_dir, finetune_config.get("spm_model") or SPM_FILE),
-                               lower_case=bool(finetune_config.get("lower_case", False)))
+                               **tokenizer_settings(finetune_config))
     if reusable:
         root, signatures = build_reusable_module(model, tokenizer, length)
     else:
@@ -298,7 +298,7 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
             "kind": "reusable_encoder" if reusable else "serving",
             "task": task, "max_seq_len": length, "version": version,
             "label_names": finetune_config.get("label_names"), "pairs": bool(finetune_config.get("pairs")),
-            "lower_case": bool(finetune_config.get("lower_case", False)),
+            **tokenizer.settings,  # lower_case, keep_accents, remove_space
             "doc_stride": finetune_config.get("doc_stride"), "max_query_len": finetune_config.get("max_query_len"),
             "long_doc": "truncate" if reusable else finetune_config.get("long_doc", "truncate"),
             "max_doc_len": None if reusable else finetune_config.get("max_doc_len"),

@@ -16,7 +16,7 @@ def _convert(args):
     from xlnet_tf import convert
 
     if args.source == "huggingface":
-        convert.convert_transformers(args.src, args.out, args.max_seq_len)
+        convert.convert_transformers(args.src, args.out, args.max_seq_len, allow_unused=args.allow_unused)
     else:
         convert.convert_official(args.src, args.out, args.config, args.spm_model, args.max_seq_len)
     print(f"wrote {args.out}")
@@ -506,6 +506,10 @@ def build_parser():
     hf = sources.add_parser("huggingface", help="a transformers XLNet directory (config.json + model.safetensors)")
     hf.add_argument("src", metavar="SRC")
     hf.add_argument("out", metavar="OUT")
+    hf.add_argument("--allow-unused", action="store_true",
+                    help="convert even when SRC holds tensors, heads or config.json / tokenizer_config.json values "
+                         "that xlnet-tf does not implement (by default they stop the conversion, all listed); they "
+                         "are left out and listed in the log")
     official = sources.add_parser("official", help="a published TF1 checkpoint (model/transformer/...)")
     official.add_argument("src", metavar="CKPT_PREFIX")
     official.add_argument("out", metavar="OUT")

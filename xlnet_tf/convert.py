@@ -13,7 +13,10 @@ assigned to an XLNetModel / XLNetPretrainer and saved with `save_pretrained`:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
+import typing
 
 import numpy as np
 
@@ -56,8 +59,9 @@ def encoder_variables(model):
     return variables
 
 
-def assign_weights(model, weights, source):
-    """Assigns canonical `weights` to an XLNetModel or XLNetPretrainer; every variable must be covered."""
+def assign_weights(model, weights, source, strict=False):
+    """Assigns canonical `weights` to an XLNetModel or XLNetPretrainer; every variable must be covered (and,
+    with `strict`, every weight must have a variable)."""
     encoder = getattr(model, "transformer", model)
     variables = encoder_variables(encoder)
     if hasattr(model, "lm_bias"):
@@ -69,6 +73,9 @@ def assign_weights(model, weights, source):
     missing = sorted(set(variables) - set(weights))
     if missing:
         raise ConversionError(f"{source}: no value for {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+    extra = sorted(set(weights) - set(variables))
+    if strict and extra:
+        raise ConversionError(f"{source}: the converted model has no variable for {extra}")
     for name, variable in variables.items():
         value = np.asarray(weights[name], dtype=np.float32)
         if tuple(value.shape) != tuple(variable.shape):
@@ -78,7 +85,7 @@ def assign_weights(model, weights, source):
         variable.assign(value)
 
 
-def _save(config, weights, out_dir, source, extra_files=(), finetune_config=None):
+def _save(config, weights, out_dir, source, extra_files=(), finetune_config=None, strict=False):
     from xlnet_tf.heads import build_head_model, head_arguments, save_finetuned
     from xlnet_tf.model import XLNetModel, XLNetPretrainer
 
@@ -86,51 +93,256 @@ def _save(config, weights, out_dir, source, extra_files=(), finetune_config=None
     extra_files = [f for f in extra_files if f]
     if finetune_config:
         model = build_head_model(finetune_config["task"], config, run_options, **head_arguments(finetune_config))
-        assign_weights(model, weights, source)
+        assign_weights(model, weights, source, strict)
         save_finetuned(model, out_dir, finetune_config, extra_files)
         return model
     model_class = XLNetPretrainer if "lm_bias" in weights else XLNetModel
     model = model_class(config, run_options)
-    assign_weights(model, weights, source)
+    assign_weights(model, weights, source, strict)
     model.save_pretrained(out_dir, extra_files=extra_files)
     return model
 
 
-def _linear(tensors, name, take):
-    """A torch Linear `name` -> (kernel [in, out], bias or None)."""
-    kernel = take(f"{name}.weight").T
-    return kernel, tensors.get(f"{name}.bias")
+# -- transformers ---------------------------------------------------------------------------------------------
+#
+# Every tensor of the source is used or reported, and so is every config.json / tokenizer_config.json value
+# that changes what the model or tokenizer computes and that xlnet-tf does not implement. Values that only
+# matter for training or caching are not checked: dropout, summary_first_dropout, summary_last_dropout,
+# initializer_range, mem_len, reuse_len, use_mems_eval, use_mems_train (they change what is cached for a next
+# call, not a call's outputs), untie_r (transformers keeps per-layer biases whatever it says; the biases
+# themselves decide, see below), pad / bos / eos ids, task_specific_params and other generation settings.
+
+# config.json `architectures` entries this converter reads -> the head their tensors hold (None: encoder only)
+_HF_ARCHITECTURES = {"XLNetModel": None, "XLNetLMHeadModel": "lm", "XLNetForSequenceClassification": "sequence",
+                     "XLNetForMultipleChoice": "sequence", "XLNetForQuestionAnswering": "squad"}
+# transformers' other XLNet heads (not implemented here) -> the module their tensors are under
+_HF_OTHER_HEADS = {"XLNetForQuestionAnsweringSimple": "qa_outputs", "XLNetForTokenClassification": "classifier"}
+_HF_OTHER_MODULES = {module: name for name, module in _HF_OTHER_HEADS.items()}
+_HF_HEAD_MODULES = ("sequence_summary", "logits_proj", "start_logits", "end_logits", "answer_class", "lm_loss")
+_HF_HEAD_MARKS = {"squad": "start_logits.dense.weight", "sequence": "logits_proj.weight", "lm": "lm_loss.bias"}
+_HF_TENSORS = "model.safetensors"
+_HF_INDEX = "model.safetensors.index.json"  # sharded safetensors
+# Weight files transformers may write instead of safetensors -> (what it is, from_pretrained's argument)
+_HF_OTHER_FILES = {"pytorch_model.bin": ("a PyTorch pickle", ""),
+                   "pytorch_model.bin.index.json": ("sharded PyTorch pickles", ""),
+                   "tf_model.h5": ("transformers' TensorFlow (Keras 2) weights", ", from_tf=True"),
+                   "flax_model.msgpack": ("transformers' Flax weights", ", from_flax=True")}
+_HF_TOKENIZER_KEYS = {"do_lower_case": "lower_case", "keep_accents": "keep_accents", "remove_space": "remove_space"}
+_HF_TOKENIZER_CLASSES = (None, "XLNetTokenizer", "XLNetTokenizerFast")
+_LAYER_NORM_EPS = 1e-12  # the epsilon of every LayerNormalization in xlnet-tf
+_ALLOW_HINT = "--allow-unused (Python: allow_unused=True)"
 
 
-def _transformers_head(hf, tensors, take, max_seq_len):
-    """Head weights (canonical name = our variable path) and the finetune config, from a transformers head."""
+@dataclasses.dataclass(frozen=True)
+class Unused:
+    """One thing in a transformers directory that xlnet-tf does not implement: `what` names it (file, key or
+    tensors, and value or shapes), `why` says what xlnet-tf implements and what converting without it does;
+    `fatal`: it cannot be left out (the conversion stops even with allow_unused)."""
+
+    what: str
+    why: str
+    fatal: bool = False
+
+    def __str__(self):
+        return f"{self.what}: {self.why}{' (cannot be left out)' if self.fatal else ''}"
+
+
+class TransformersCheckpoint(typing.NamedTuple):
+    """What `read_transformers` reads: the architecture, canonical weights, the head's finetune config (None
+    for an encoder or LM directory), the tokenizer settings (`XLNetTokenizer` keywords; those of
+    tokenizer_config.json over the published defaults) and what was left out (`Unused`, with allow_unused)."""
+
+    config: XLNetConfig
+    weights: dict
+    finetune_config: dict | None
+    tokenizer: dict
+    left_out: tuple
+
+
+def _shape(value):
+    return "[" + ", ".join(str(n) for n in np.shape(value)) + "]"
+
+
+def _tensor_groups(names, tensors, original):
+    """'module: a [2, 3], b [3]' per module (name up to its last dot), in name order."""
+    groups = {}
+    for name in sorted(names, key=lambda n: original[n]):
+        module, _, leaf = original[name].rpartition(".")
+        groups.setdefault(module, []).append(f"{leaf} {_shape(tensors[name])}" if module else
+                                             f"{original[name]} {_shape(tensors[name])}")
+    return [(module, ", ".join(parts)) for module, parts in groups.items()]
+
+
+def _load_safetensors(path):
+    """name -> numpy array of one safetensors file (any filesystem); bfloat16 tensors are read with ml_dtypes
+    (numpy has no bfloat16) and become float32 when assigned."""
+    from safetensors.numpy import load, load_file
+
+    try:
+        return load(files.read_bytes(path)) if files.is_remote(path) else load_file(path)
+    except (TypeError, KeyError) as error:
+        if "bfloat16" not in str(error) and "BF16" not in str(error):
+            raise
+    import json
+    import struct
+
+    import ml_dtypes
+
+    dtypes = {"BF16": ml_dtypes.bfloat16, "F64": np.float64, "F32": np.float32, "F16": np.float16,
+              "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+    data = files.read_bytes(path)
+    (size,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + size])
+    out = {}
+    for name, spec in header.items():
+        if name == "__metadata__":
+            continue
+        if spec["dtype"] not in dtypes:
+            raise ConversionError(f"{path}: tensor {name} has dtype {spec['dtype']}, which xlnet-tf cannot read")
+        begin, end = spec["data_offsets"]
+        out[name] = np.frombuffer(data[8 + size + begin: 8 + size + end], dtypes[spec["dtype"]]).reshape(spec["shape"])
+    return out
+
+
+def _read_transformers_tensors(src_dir, hf):
+    """The source's tensors (model.safetensors, or the shards its index names); a directory without them
+    gets a message naming the weight file it has and how to re-save it as safetensors."""
+    single, index = files.join(src_dir, _HF_TENSORS), files.join(src_dir, _HF_INDEX)
+    if files.exists(single):
+        return single, _load_safetensors(single)
+    if files.exists(index):
+        shards = sorted(set(files.read_json(index).get("weight_map", {}).values()))
+        tensors = {}
+        for shard in shards:
+            tensors.update(_load_safetensors(files.join(src_dir, shard)))
+        return index, tensors
+    architecture = next((a for a in hf.get("architectures") or [] if isinstance(a, str)), "XLNetModel")
+    for name, (kind, argument) in _HF_OTHER_FILES.items():
+        path = files.join(src_dir, name)
+        if files.exists(path):
+            raise ConversionError(
+                f"{path}: {kind}; xlnet-tf reads transformers weights only as {_HF_TENSORS} (no torch needed). "
+                f"Re-save the directory as safetensors with transformers (this needs torch"
+                f"{' and TensorFlow' if 'from_tf' in argument else ''}):\n"
+                f"  python -c \"import transformers; transformers.{architecture}.from_pretrained('{src_dir}'"
+                f"{argument}).save_pretrained('{src_dir}', safe_serialization=True)\"\n"
+                f"then run the conversion again.")
+    raise ConversionError(f"{single}: missing (a transformers XLNet directory has config.json and {_HF_TENSORS})")
+
+
+def _check_transformers_config(hf, unused):
+    """config.json values that change the encoder's outputs and that xlnet-tf does not implement."""
+    def report(key, why, fatal=False):
+        unused.append(Unused(f"config.json {key} = {hf[key]!r}", why, fatal))
+
+    activation = hf.get("ff_activation", "gelu")
+    if activation not in _TRANSFORMERS_ACTIVATIONS:
+        report("ff_activation", f"xlnet-tf implements {', '.join(sorted(_TRANSFORMERS_ACTIVATIONS))}", fatal=True)
+    eps = hf.get("layer_norm_eps", _LAYER_NORM_EPS)
+    if not isinstance(eps, (int, float)) or float(eps) != _LAYER_NORM_EPS:
+        report("layer_norm_eps", f"xlnet-tf's layer norms use {_LAYER_NORM_EPS:g}; left out, they keep "
+                                 f"{_LAYER_NORM_EPS:g} (outputs differ slightly)")
+    attn_type = hf.get("attn_type", "bi")
+    if attn_type != "bi":
+        report("attn_type", "converted models run bidirectional attention ('bi'; 'uni' is a pretraining run "
+                            "option); left out, they attend both ways")
+    if attn_type == "uni" and hf.get("same_length"):  # transformers applies same_length to 'uni' masks only
+        report("same_length", "goes with attn_type 'uni'; left out")
+    if hf.get("bi_data"):
+        report("bi_data", "transformers then encodes the second half of every batch with backward relative "
+                          "positions; xlnet-tf does that only in pretraining; left out, every row reads forward")
+    clamp = hf.get("clamp_len", -1)
+    if isinstance(clamp, (int, float)) and clamp > 0:  # transformers clamps only when clamp_len > 0
+        report("clamp_len", "converted models do not clamp relative distances; left out, they are not clamped "
+                            "(outputs differ on sequences longer than it)")
+    if hf.get("pruned_heads"):
+        report("pruned_heads", "xlnet-tf has no pruned attention heads", fatal=True)
+
+
+def _summary_weights(hf, tensors, take, d_model, unused):
+    """sequence_summary.* -> (our weights, whether the head can be built); reports the summary settings that
+    xlnet-tf does not implement (it implements: the last position -> Linear(d, d) -> tanh)."""
+    def report(key, why, fatal=False):
+        unused.append(Unused(f"config.json {key} = {hf.get(key)!r}", why, fatal))
+
+    summary_type = hf.get("summary_type", "last")
+    if summary_type != "last":
+        report("summary_type", "xlnet-tf's sequence summary reads the last position (<cls>, 'last'); left "
+                               "out, the head reads the last position")
+    activation = hf.get("summary_activation", "tanh")
+    if activation != "tanh":
+        report("summary_activation", "xlnet-tf's sequence summary applies tanh; left out, it applies tanh")
+    if not hf.get("summary_use_proj", True):
+        # transformers then has no projection: tanh(h_last). An identity projection gives the same outputs.
+        log.info("summary_use_proj is false: the sequence summary is converted with an identity projection (same "
+                 "outputs; fine-tuning trains it)")
+        return {"sequence_summary/summary/kernel": np.eye(d_model, dtype=np.float32),
+                "sequence_summary/summary/bias": np.zeros(d_model, np.float32)}, True
+    kernel = tensors.get("sequence_summary.summary.weight")
+    if kernel is not None and np.shape(kernel) != (d_model, d_model):
+        report("summary_proj_to_labels", f"the summary projects to {np.shape(kernel)[0]} values "
+               f"(sequence_summary.summary.weight {_shape(kernel)}); xlnet-tf's projects to d_model {d_model}; left "
+               "out with the whole head (its tensors are listed)")
+        return {}, False
+    weights = {"sequence_summary/summary/kernel": take("sequence_summary.summary.weight").T,
+               "sequence_summary/summary/bias": take("sequence_summary.summary.bias")}
+    return weights, True
+
+
+def _transformers_head(hf, tensors, take, max_seq_len, architecture, d_model, unused):
+    """Head weights (canonical name = our variable path) and the finetune config of the head the tensors hold,
+    or ({}, None); head settings xlnet-tf does not implement go to `unused` (those that make the head
+    impossible to build leave the whole head out: ({}, None) and its tensors unread)."""
     weights = {}
 
-    def put(ours, theirs):
-        kernel, bias = _linear(tensors, theirs, take)
-        weights[f"{ours}/kernel"] = kernel
-        if bias is not None:
-            weights[f"{ours}/bias"] = bias
+    def put(ours, theirs, bias=True):  # a torch Linear: weight [out, in] -> our kernel [in, out]
+        weights[f"{ours}/kernel"] = take(f"{theirs}.weight").T
+        if bias:
+            weights[f"{ours}/bias"] = take(f"{theirs}.bias")
 
-    architecture = (hf.get("architectures") or [""])[0]
-    if "start_logits.dense.weight" in tensors:
+    if _HF_HEAD_MARKS["squad"] in tensors:
         put("start_dense", "start_logits.dense")
         put("end_dense_0", "end_logits.dense_0")
         put("end_dense_1", "end_logits.dense_1")
         put("answer_dense_0", "answer_class.dense_0")
-        put("answer_dense_1", "answer_class.dense_1")
+        put("answer_dense_1", "answer_class.dense_1", bias=False)  # transformers has none either
         weights["end_layer_norm/gamma"] = take("end_logits.LayerNorm.weight")
         weights["end_layer_norm/beta"] = take("end_logits.LayerNorm.bias")
         return weights, {"task": "squad", "start_n_top": hf.get("start_n_top", 5), "end_n_top": hf.get("end_n_top", 5),
                          "max_seq_len": max_seq_len}
-    if "logits_proj.weight" not in tensors:
+    if _HF_HEAD_MARKS["sequence"] not in tensors:
         return {}, None
-    put("sequence_summary/summary", "sequence_summary.summary")
+    num_labels = int(np.shape(tensors["logits_proj.weight"])[0])
+    problem_type = hf.get("problem_type")
+    if architecture == "XLNetForMultipleChoice":
+        task = "race"
+    elif problem_type == "regression" or problem_type is None and num_labels == 1:
+        task = "regression"
+        if num_labels != 1:
+            unused.append(Unused(f"config.json problem_type = 'regression' with {num_labels} outputs "
+                                 f"(logits_proj.weight {_shape(tensors['logits_proj.weight'])})",
+                                 "xlnet-tf's regression head has one output; left out with the whole head (its "
+                                 "tensors are listed)"))
+            return {}, None
+    else:
+        task = "classification"
+        if problem_type == "multi_label_classification":
+            unused.append(Unused("config.json problem_type = 'multi_label_classification'",
+                                 "xlnet-tf's classification picks one label per example (softmax, argmax), not "
+                                 "each label by its own sigmoid; left out, it converts as single-label "
+                                 "classification over the same logits"))
+        elif problem_type not in (None, "single_label_classification"):
+            unused.append(Unused(f"config.json problem_type = {problem_type!r}",
+                                 "transformers knows regression, single_label_classification and "
+                                 "multi_label_classification; left out, it converts as single-label classification"))
+    summary, buildable = _summary_weights(hf, tensors, take, d_model, unused)
+    if not buildable:
+        return {}, None
+    weights.update(summary)
     put("logits_proj", "logits_proj")
-    num_labels = tensors["logits_proj.weight"].shape[0]
-    if "MultipleChoice" in architecture:
+    if task == "race":
         return weights, {"task": "race", "max_seq_len": max_seq_len}
-    if num_labels == 1 or hf.get("problem_type") == "regression":
+    if task == "regression":
         return weights, {"task": "regression", "max_seq_len": max_seq_len}
     id2label = hf.get("id2label") or {}
     labels = [id2label.get(str(i), id2label.get(i, f"LABEL_{i}")) for i in range(num_labels)]
@@ -138,33 +350,107 @@ def _transformers_head(hf, tensors, take, max_seq_len):
                      "max_seq_len": max_seq_len}
 
 
-# -- transformers ---------------------------------------------------------------------------------------------
+def _transformers_tokenizer(src_dir, unused):
+    """The tokenizer settings (XLNetTokenizer keywords) of SRC's tokenizer_config.json over the published
+    defaults; reports a tokenizer class other than XLNet's and added tokens that spiece.model lacks."""
+    from xlnet_tf.tokenization import TOKENIZER_DEFAULTS
+
+    settings = dict(TOKENIZER_DEFAULTS)  # = transformers' XLNetTokenizer defaults
+    name = "tokenizer_config.json"
+    path = files.join(src_dir, name)
+    hf_tok = files.read_json(path) if files.exists(path) else {}
+    if not isinstance(hf_tok, dict):
+        raise ConversionError(f"{path}: expected a JSON object")
+    for theirs, ours in _HF_TOKENIZER_KEYS.items():
+        if theirs in hf_tok:
+            if not isinstance(hf_tok[theirs], bool):
+                unused.append(Unused(f"{name} {theirs} = {hf_tok[theirs]!r}", "must be true or false", fatal=True))
+            else:
+                settings[ours] = hf_tok[theirs]
+    if hf_tok.get("tokenizer_class") not in _HF_TOKENIZER_CLASSES:
+        unused.append(Unused(f"{name} tokenizer_class = {hf_tok['tokenizer_class']!r}",
+                             "xlnet-tf tokenizes as XLNetTokenizer (spiece.model + XLNet's preprocessing); left "
+                             "out, converted models tokenize that way"))
+    from xlnet_tf.model import SPM_FILE
+
+    spm_path = files.join(src_dir, SPM_FILE)
+    if not files.exists(spm_path):
+        return settings
+    added = {}  # id -> text of the tokens transformers matches before SentencePiece
+    try:
+        for key, token in (hf_tok.get("added_tokens_decoder") or {}).items():
+            added[int(key)] = token.get("content") if isinstance(token, dict) else token
+        added_path = files.join(src_dir, "added_tokens.json")
+        if files.exists(added_path):
+            added.update({int(i): content for content, i in files.read_json(added_path).items()})
+    except (AttributeError, TypeError, ValueError) as error:
+        raise ConversionError(f"{src_dir}: added tokens that cannot be read ({error})") from None
+    if added:
+        import sentencepiece
+
+        processor = sentencepiece.SentencePieceProcessor(model_proto=files.read_bytes(spm_path))
+        size = processor.get_piece_size()
+        extra = sorted((i, content) for i, content in added.items()
+                       if i >= size or processor.id_to_piece(i) != content)
+        if extra:
+            listed = ", ".join(f"{content!r} (id {i})" for i, content in extra)
+            unused.append(Unused(f"{name} added tokens {listed}",
+                                 f"not pieces of {SPM_FILE} ({size} pieces) at those ids; xlnet-tf's tokenizer "
+                                 "uses SentencePiece alone; left out, such text is split into pieces"))
+    return settings
 
 
-def read_transformers(src_dir, max_seq_len=512):
-    """Reads a transformers XLNet directory (config.json + model.safetensors) -> (XLNetConfig, weights,
-    finetune config of its head or None)."""
-    from safetensors.numpy import load, load_file
+def _unused_message(src_dir, unused):
+    lines = "\n".join(f"  - {item}" for item in unused)
+    message = (f"{src_dir}: not converted; it holds {len(unused)} thing(s) that xlnet-tf does not implement:\n"
+               f"{lines}")
+    if all(item.fatal for item in unused):
+        return message
+    fatal = " (all but those that cannot be left out)" if any(item.fatal for item in unused) else ""
+    return (f"{message}\nTo convert without them{fatal}, pass {_ALLOW_HINT}; what is left out is then logged.")
 
+
+def read_transformers(src_dir, max_seq_len=512, *, allow_unused=False):
+    """Reads a transformers XLNet directory (config.json, model.safetensors, optional tokenizer_config.json)
+    -> TransformersCheckpoint (config, weights, finetune config of its head or None, tokenizer settings,
+    what was left out).
+
+    Every tensor is used or reported, and so is every config value that changes outputs and that xlnet-tf does
+    not implement (see `Unused`): reported things stop the conversion with a ConversionError that lists them
+    all, unless `allow_unused`, which leaves them out (tensors unread, values ignored, an unimplemented head's
+    tensors dropped so that the encoder alone is converted) and logs them.
+    """
+    src_dir = os.fspath(src_dir)
     config_path = files.join(src_dir, "config.json")
-    weights_path = files.join(src_dir, "model.safetensors")
-    for path in (config_path, weights_path):
-        if not files.exists(path):
-            raise ConversionError(f"{path}: missing (a transformers XLNet directory has config.json and model.safetensors)")
+    if not files.exists(config_path):
+        raise ConversionError(f"{config_path}: missing (a transformers XLNet directory has config.json and "
+                              f"{_HF_TENSORS})")
     hf = files.read_json(config_path)
-    activation = hf.get("ff_activation", "gelu")
-    if activation not in _TRANSFORMERS_ACTIVATIONS:
-        raise ConversionError(f"{config_path}: ff_activation {activation!r} is not one of {sorted(_TRANSFORMERS_ACTIVATIONS)}")
-    tensors = load(files.read_bytes(weights_path)) if files.is_remote(weights_path) else load_file(weights_path)
-    tensors = {name[len("transformer."):] if name.startswith("transformer.") else name: value
-               for name, value in tensors.items()}
+    if not isinstance(hf, dict):
+        raise ConversionError(f"{config_path}: expected a JSON object")
+    if hf.get("model_type", "xlnet") != "xlnet":
+        raise ConversionError(f"{config_path}: model_type {hf['model_type']!r}; xlnet-tf converts XLNet models "
+                              "(model_type 'xlnet')")
+    for key in ("vocab_size", "d_model", "n_layer", "n_head", "d_inner"):
+        if key not in hf:
+            raise ConversionError(f"{config_path}: no {key!r}")
+    weights_path, raw = _read_transformers_tensors(src_dir, hf)
+    weights_file = files.basename(weights_path)
+    original = {}  # our lookup name (no "transformer." prefix) -> the source's name
+    for name in raw:
+        original[name[len("transformer."):] if name.startswith("transformer.") else name] = name
+    tensors = {name: raw[theirs] for name, theirs in original.items()}
+    used = set()
+    unused = []
     n_layer = hf["n_layer"]
 
     def take(name):
         if name not in tensors:
             raise ConversionError(f"{weights_path}: no tensor {name!r}")
+        used.add(name)
         return tensors[name]
 
+    _check_transformers_config(hf, unused)
     weights = {"word_embedding": take("word_embedding.weight"), "mask_emb": take("mask_emb").reshape(-1)}
     stacked = {bias: np.stack([take(f"layer.{i}.rel_attn.{bias}") for i in range(n_layer)]) for bias in _BIASES}
     untie_r = bool(hf.get("untie_r", True))
@@ -184,26 +470,95 @@ def read_transformers(src_dir, max_seq_len=512):
         for n in (1, 2):  # torch Linear stores [out, in]
             weights[f"layer_{i}/ff/layer_{n}_kernel"] = take(f"{prefix}.ff.layer_{n}.weight").T
             weights[f"layer_{i}/ff/layer_{n}_bias"] = take(f"{prefix}.ff.layer_{n}.bias")
-    if "lm_loss.bias" in tensors:
-        weights["lm_bias"] = tensors["lm_loss.bias"]
-        if "lm_loss.weight" in tensors and not np.array_equal(tensors["lm_loss.weight"], weights["word_embedding"]):
-            raise ConversionError(f"{weights_path}: lm_loss.weight is not tied to word_embedding (unsupported)")
+
+    # Heads: by tensor names, checked against config.json's architectures.
+    architectures = [a for a in hf.get("architectures") or [] if isinstance(a, str)]
+    known = [a for a in architectures if a in _HF_ARCHITECTURES]
+    architecture = known[0] if known else None
+    accounted = set()  # tensors an Unused entry names already
+    for name in architectures:
+        if name in _HF_ARCHITECTURES:
+            continue
+        module = _HF_OTHER_HEADS.get(name)
+        head = sorted(n for n in tensors if module and n.split(".")[0] == module)
+        accounted.update(head)
+        shown = "; ".join(f"{m}: {parts}" for m, parts in _tensor_groups(head, tensors, original)) or "none"
+        unused.append(Unused(
+            f"config.json architectures {name!r} (its tensors: {shown})",
+            f"a head xlnet-tf does not implement (it converts {', '.join(_HF_ARCHITECTURES)}); left out, the "
+            "converted directory holds the encoder" + (" and any head it implements" if known else " only")))
+    wants = _HF_ARCHITECTURES.get(architecture)
+    has = next((kind for kind, mark in _HF_HEAD_MARKS.items() if mark in tensors), None)
+    if wants and wants != has:
+        unused.append(Unused(f"config.json architectures {architecture!r}",
+                             f"{weights_file} has no {_HF_HEAD_MARKS[wants]}, so not that head; left out, the "
+                             "converted directory holds what the tensors hold"))
+    head_weights, finetune_config = _transformers_head(hf, tensors, take, max_seq_len, architecture,
+                                                       hf["d_model"], unused)
+    weights.update(head_weights)
+    if finetune_config is None and _HF_HEAD_MARKS["lm"] in tensors:
+        lm_weight = tensors.get("lm_loss.weight")
+        if lm_weight is not None and not np.array_equal(lm_weight, weights["word_embedding"]):
+            accounted.update(("lm_loss.weight", "lm_loss.bias"))
+            unused.append(Unused(f"{weights_file} lm_loss.weight {_shape(lm_weight)}, lm_loss.bias "
+                                 f"{_shape(tensors['lm_loss.bias'])}",
+                                 "an LM head not tied to word_embedding (tie_word_embeddings false); xlnet-tf's LM "
+                                 "head is tied; left out, the converted directory has no LM head"))
+        else:
+            weights["lm_bias"] = take("lm_loss.bias")
+            if lm_weight is not None:
+                used.add("lm_loss.weight")  # the tied copy
+
+    for module, parts in _tensor_groups(sorted(set(tensors) - used - accounted), tensors, original):
+        parts_of = module.removeprefix("transformer.").split(".")
+        top = parts_of[0]
+        if top in _HF_OTHER_MODULES:
+            why = (f"the head of transformers' {_HF_OTHER_MODULES[top]}, which xlnet-tf does not implement; left "
+                   "out, the converted directory holds the encoder")
+        elif top in _HF_HEAD_MODULES:
+            why = "tensors of a head that is not converted; left out"
+        elif top == "layer" and len(parts_of) > 1 and parts_of[1].isdigit() and int(parts_of[1]) >= n_layer:
+            why = f"beyond config.json's n_layer {n_layer}; left out"
+        else:
+            why = "not part of an XLNet model or head that xlnet-tf implements; left out"
+        unused.append(Unused(f"{weights_file} tensors {module + ': ' if module else ''}{parts}", why))
+    tokenizer = _transformers_tokenizer(src_dir, unused)
+    if unused:
+        if not allow_unused or any(item.fatal for item in unused):
+            raise ConversionError(_unused_message(src_dir, unused))
+        log.warning("%s: converted with allow_unused, leaving out %d thing(s) that xlnet-tf does not implement:\n%s",
+                    src_dir, len(unused), "\n".join(f"  - {item}" for item in unused))
     config = XLNetConfig(
         n_token=hf["vocab_size"], d_model=hf["d_model"], n_layer=n_layer, n_head=hf["n_head"],
-        d_head=hf["d_head"], d_inner=hf["d_inner"], ff_activation=_TRANSFORMERS_ACTIVATIONS[activation],
-        untie_r=untie_r,
+        d_head=hf.get("d_head", hf["d_model"] // hf["n_head"]), d_inner=hf["d_inner"],
+        ff_activation=_TRANSFORMERS_ACTIVATIONS[hf.get("ff_activation", "gelu")], untie_r=untie_r,
     )
-    head_weights, finetune_config = _transformers_head(hf, tensors, take, max_seq_len)
-    weights.update(head_weights)
-    return config, weights, finetune_config
+    if finetune_config:
+        finetune_config.update(tokenizer)
+    return TransformersCheckpoint(config, weights, finetune_config, tokenizer, tuple(unused))
 
 
-def convert_transformers(src_dir, out_dir, max_seq_len=512):
-    """`xlnet-tf convert huggingface SRC OUT`: no torch needed. Heads (XLNetForSequenceClassification,
-    XLNetForQuestionAnswering, XLNetForMultipleChoice) become fine-tuned directories. Copies `spiece.model`."""
-    config, weights, finetune_config = read_transformers(src_dir, max_seq_len)
-    spm = files.join(src_dir, "spiece.model")
-    return _save(config, weights, out_dir, src_dir, [spm if files.exists(spm) else None], finetune_config)
+def convert_transformers(src_dir, out_dir, max_seq_len=512, *, allow_unused=False):
+    """`xlnet-tf convert huggingface SRC OUT [--allow-unused]`: no torch needed. Heads
+    (XLNetForSequenceClassification, XLNetForQuestionAnswering, XLNetForMultipleChoice) become fine-tuned
+    directories. Copies `spiece.model` and writes the tokenizer settings of tokenizer_config.json
+    (do_lower_case, keep_accents, remove_space) as `xlnet_tokenizer.json` (and into a head's
+    finetune_config.json). What `read_transformers` reports stops the conversion unless `allow_unused`.
+    Returns the converted model."""
+    import tempfile
+
+    from xlnet_tf.model import SPM_FILE
+    from xlnet_tf.tokenization import TOKENIZER_FILE
+
+    source = read_transformers(src_dir, max_seq_len, allow_unused=allow_unused)
+    spm = files.join(src_dir, SPM_FILE)
+    if not files.exists(spm):
+        log.warning("%s: no %s; %s has no tokenizer (fine-tuning then needs --spm-model)", src_dir, SPM_FILE, out_dir)
+    with tempfile.TemporaryDirectory() as scratch:
+        settings = os.path.join(scratch, TOKENIZER_FILE)
+        files.write_json(settings, source.tokenizer)
+        extra = [spm if files.exists(spm) else None, settings]
+        return _save(source.config, source.weights, out_dir, src_dir, extra, source.finetune_config, strict=True)
 
 
 # -- published TF1 checkpoints --------------------------------------------------------------------------------

@@ -34,12 +34,11 @@ def attention_maps(model_dir, text, lower_case=None):
     """(tokens, probabilities [n_layer, n_head, T, T]) of the content stream for `text` followed by
     `<sep> <cls>`, as a single-segment classification input."""
     from xlnet_tf.model import SPM_FILE, XLNetModel
-    from xlnet_tf.tokenization import XLNetTokenizer
+    from xlnet_tf.tokenization import XLNetTokenizer, read_tokenizer_settings, tokenizer_settings
 
-    if lower_case is None:
-        meta = files.join(model_dir, "finetune_config.json")
-        lower_case = files.read_json(meta).get("lower_case", False) if files.exists(meta) else False
-    tokenizer = XLNetTokenizer(files.join(model_dir, SPM_FILE), lower_case=lower_case)
+    # lower_case None: the directory's (xlnet_tokenizer.json or finetune_config.json), as its other settings
+    settings = tokenizer_settings(read_tokenizer_settings(model_dir), lower_case=lower_case)
+    tokenizer = XLNetTokenizer(files.join(model_dir, SPM_FILE), **settings)
     ids = tokenizer.encode([text])[0] + [tokenizer.sep_id, tokenizer.cls_id]
     model = XLNetModel.from_pretrained(model_dir, dropout=0.0, dropatt=0.0)
     segments = [0] * (len(ids) - 1) + [2]

@@ -2,9 +2,11 @@
 
 The XLNet reference pipeline is ``preprocess_text`` followed by ``encode_pieces`` and ``PieceToId``:
 
-1. whitespace runs are collapsed to one space and the ends stripped (Python ``str.split()`` whitespace);
+1. whitespace runs are collapsed to one space and the ends stripped (Python ``str.split()`` whitespace;
+   not with ``remove_space=False``);
 2. ````` `` ````` and ``''`` become ``"``;
-3. accents are removed: NFKD, then every character with a non-zero canonical combining class is dropped;
+3. accents are removed: NFKD, then every character with a non-zero canonical combining class is dropped
+   (not with ``keep_accents=True``);
 4. the text is lower-cased (uncased models only), with Python's ``str.lower`` rules (incl. final sigma);
 5. SentencePiece encodes the text; a piece that ends in ``<digit>,`` is re-encoded without the comma
    (dropping the dummy-prefix ``▁`` when the original piece had none) and ``,`` is appended as a piece;
@@ -24,7 +26,13 @@ characters newer than the Python's Unicode database can decompose differently; T
 breaks exact Viterbi score ties (runs like ``=====``) as sentencepiece 0.1.99 does, the 0.2.x Python
 package the other way (both segmentations are optimal); invalid UTF-8 bytes are read as U+FFFD.
 
-Public API: ``XLNetTokenizer``, ``preprocess_text``, ``train_spm``.
+The three switches are those of transformers' ``XLNetTokenizer`` (``do_lower_case``, ``remove_space``,
+``keep_accents``); the published XLNet uses ``remove_space=True, keep_accents=False``. A model directory
+records them in ``xlnet_tokenizer.json`` beside its ``spiece.model`` (``xlnet-tf convert huggingface`` writes
+it from the source's ``tokenizer_config.json``) and a fine-tuned one in ``finetune_config.json`` too.
+
+Public API: ``XLNetTokenizer``, ``preprocess_text``, ``train_spm``, ``tokenizer_settings``,
+``read_tokenizer_settings``.
 """
 
 import collections
@@ -47,6 +55,10 @@ USER_DEFINED_SYMBOLS = ("<eop>", ".", "(", ")", '"', "-", "\u2013", "\u00a3", "\
 # Ids of the published XLNet vocabulary (spiece.model): spm's <unk>/<s>/</s>, then the control symbols,
 # then the user-defined symbols, in the order given to spm_train.
 SPECIAL_PIECES = ("<unk>", "<s>", "</s>") + CONTROL_SYMBOLS + ("<eop>",)
+# The preprocessing switches and their published defaults; where a model directory records them.
+TOKENIZER_DEFAULTS = {"lower_case": False, "keep_accents": False, "remove_space": True}
+TOKENIZER_FILE = "xlnet_tokenizer.json"
+_FINETUNE_FILE = "finetune_config.json"  # xlnet_tf.heads.FINETUNE_FILE (not imported: no Keras here)
 
 _Tables = collections.namedtuple(
     "_Tables", "space combining ignorable cased lower_keys lower_values digit_class")
@@ -135,12 +147,12 @@ def _final_sigmas(codepoints, rows, tables):
 # Preprocessing
 
 
-def _preprocess_with_alignment(strings, lower_case):
+def _preprocess_with_alignment(strings, lower_case, keep_accents=False, remove_space=True):
     """XLNet ``preprocess_text`` on a batch, remembering where every output character came from.
 
     Args:
       strings: string ``[B]``, UTF-8 (invalid bytes are read as U+FFFD).
-      lower_case: Python bool.
+      lower_case, keep_accents, remove_space: Python bools (see the module docstring).
     Returns:
       ``_Alignment`` with ``text`` string ``[B]`` (the preprocessed text) and, for the ``M`` output code
       points of the whole batch in order: ``char_pos`` int64 ``[M]`` byte position in the batch's
@@ -179,11 +191,16 @@ def _preprocess_with_alignment(strings, lower_case):
     closes = quote & (in_run % 2 == 1)
 
     # 3. NFKD, per character (combining marks are dropped next, so canonical reordering cannot matter).
-    chars = tf_text.normalize_utf8(tf.strings.unicode_encode(cps[:, None], "UTF-8"), "NFKD")
-    chars = tf.where(space, tf.where(keep_space, " ", ""),
-                     tf.where(opens, '"', tf.where(closes, "", chars)))
+    chars = tf.strings.unicode_encode(cps[:, None], "UTF-8")
+    if keep_accents:  # no NFKD; str.lower's one two-character result (İ -> i + U+0307) is made here
+        if lower_case:
+            chars = tf.where(cps == 0x130, "i\u0307", chars)
+    else:
+        chars = tf_text.normalize_utf8(chars, "NFKD")
+    quoted = tf.where(opens, '"', tf.where(closes, "", chars))
+    chars = tf.where(space, tf.where(keep_space, " ", ""), quoted) if remove_space else quoted
     out = tf.strings.unicode_decode(chars, "UTF-8")
-    keep = ~_in_ranges(out.values, tables.combining)
+    keep = tf.ones_like(out.values, tf.bool) if keep_accents else ~_in_ranges(out.values, tables.combining)
     out_cps = tf.boolean_mask(out.values, keep)
     src = tf.boolean_mask(out.value_rowids(), keep)  # input char of each output char
     out_rows = tf.gather(rows, src)
@@ -221,10 +238,10 @@ def _as_batch(strings):
     return (strings[None], True) if strings.shape.rank == 0 else (strings, False)
 
 
-def preprocess_text(strings, lower_case=False):
+def preprocess_text(strings, lower_case=False, keep_accents=False, remove_space=True):
     """XLNet's ``preprocess_text`` as TF ops: string ``[B]`` (or scalar) -> string ``[B]`` (or scalar)."""
     strings, scalar = _as_batch(strings)
-    text = _preprocess_with_alignment(strings, lower_case).text
+    text = _preprocess_with_alignment(strings, lower_case, keep_accents, remove_space).text
     return text[0] if scalar else text
 
 
@@ -243,11 +260,14 @@ def _splice(values, where, new_rows):
 class XLNetTokenizer(tf.Module):
     """XLNet SentencePiece tokenizer (preprocessing + digit-comma rule) built from TF / TF Text ops.
 
-    ``XLNetTokenizer(model_file, lower_case=False)`` or ``XLNetTokenizer.from_bytes(model_proto, ...)``.
+    ``XLNetTokenizer(model_file, lower_case=False)`` or ``XLNetTokenizer.from_bytes(model_proto, ...)``;
+    ``keep_accents=True`` skips the accent removal, ``remove_space=False`` the whitespace collapsing
+    (transformers' ``XLNetTokenizer`` switches; the defaults are the published XLNet's).
     It is a ``tf.Module``: attach it to the module you export and the SentencePiece model travels with it.
     """
 
-    def __init__(self, model_file=None, lower_case=False, *, model_proto=None, name=None):
+    def __init__(self, model_file=None, lower_case=False, *, keep_accents=False, remove_space=True,
+                 model_proto=None, name=None):
         super().__init__(name=name)
         if (model_file is None) == (model_proto is None):
             raise ValueError("Pass exactly one of model_file and model_proto.")
@@ -255,6 +275,8 @@ class XLNetTokenizer(tf.Module):
             model_proto = files.read_bytes(model_file)  # any filesystem (gs://, ...)
         self._model_bytes = bytes(model_proto)
         self._lower_case = bool(lower_case)
+        self._keep_accents = bool(keep_accents)
+        self._remove_space = bool(remove_space)
         self._sp = tf_text.SentencepieceTokenizer(model=self._model_bytes, out_type=tf.string)
         processor = spm.SentencePieceProcessor(model_proto=self._model_bytes)
         self._vocab_size = processor.get_piece_size()
@@ -263,13 +285,19 @@ class XLNetTokenizer(tf.Module):
         self._encode_fn = None
 
     @classmethod
-    def from_bytes(cls, model_proto, lower_case=False, name=None):
+    def from_bytes(cls, model_proto, lower_case=False, name=None, *, keep_accents=False, remove_space=True):
         """Build from the serialized SentencePiece model (``model_bytes`` of another tokenizer)."""
-        return cls(model_proto=model_proto, lower_case=lower_case, name=name)
+        return cls(model_proto=model_proto, lower_case=lower_case, keep_accents=keep_accents,
+                   remove_space=remove_space, name=name)
 
     # -- properties ---------------------------------------------------------------------------------
     model_bytes = property(lambda self: self._model_bytes, doc="Serialized SentencePiece ModelProto.")
     lower_case = property(lambda self: self._lower_case, doc="Whether input is lower-cased (uncased).")
+    keep_accents = property(lambda self: self._keep_accents, doc="Whether accents are kept (no NFKD).")
+    remove_space = property(lambda self: self._remove_space, doc="Whether whitespace runs are collapsed.")
+    settings = property(lambda self: {"lower_case": self._lower_case, "keep_accents": self._keep_accents,
+                                      "remove_space": self._remove_space},
+                        doc="The preprocessing switches, as recorded in xlnet_tokenizer.json / finetune_config.json.")
     vocab_size = property(lambda self: self._vocab_size, doc="Number of pieces in the vocabulary.")
     unk_id = property(lambda self: self._special["<unk>"])
     bos_id = property(lambda self: self._special["<s>"])
@@ -284,7 +312,7 @@ class XLNetTokenizer(tf.Module):
     # -- graph code ---------------------------------------------------------------------------------
     def preprocess(self, strings):
         """This tokenizer's ``preprocess_text``: string ``[B]`` -> string ``[B]``."""
-        return preprocess_text(strings, self._lower_case)
+        return preprocess_text(strings, self._lower_case, self._keep_accents, self._remove_space)
 
     def _encode_pieces(self, text):
         """SentencePiece + XLNet's digit-comma re-split on preprocessed ``text [B]``.
@@ -338,7 +366,7 @@ class XLNetTokenizer(tf.Module):
 
     def _tokenize(self, strings, with_offsets):
         """Ids (and offsets into ``strings``) for a string ``[B]`` tensor."""
-        align = _preprocess_with_alignment(strings, self._lower_case)
+        align = _preprocess_with_alignment(strings, self._lower_case, self._keep_accents, self._remove_space)
         pieces, starts, ends = self._encode_pieces(align.text)
         ids = self._sp.string_to_id(pieces)  # PieceToId, exactly like the reference
         if not with_offsets:
@@ -347,7 +375,8 @@ class XLNetTokenizer(tf.Module):
         rows = starts.value_rowids()
         s, e = starts.values, ends.values
         surface = tf.strings.substr(tf.gather(align.text, rows), s, e - s)
-        s = e - tf.cast(tf.strings.length(tf.strings.regex_replace(surface, "^ +", "")), tf.int64)
+        lead = "^ +" if self._remove_space else "^[\\s\\p{Z}]+"  # kept whitespace may be any kind
+        s = e - tf.cast(tf.strings.length(tf.strings.regex_replace(surface, lead, "")), tf.int64)
         # Preprocessed byte offset -> output character -> original character's byte span.
         row_base = tf.gather(align.row_base, rows)
         at_end = s >= tf.gather(align.row_bytes, rows)  # empty span at the very end of the text
@@ -419,6 +448,43 @@ class XLNetTokenizer(tf.Module):
         if not texts:
             return []
         return self._encode_fn(tf.constant(texts, tf.string)).to_list()
+
+
+def tokenizer_settings(recorded=None, **given):
+    """``XLNetTokenizer``'s preprocessing keyword arguments (``lower_case``, ``keep_accents``,
+    ``remove_space``): each one ``given`` (None = not given) over the one ``recorded`` (a dict such as
+    ``read_tokenizer_settings``' or a ``finetune_config.json``'s; other keys are ignored) over
+    ``TOKENIZER_DEFAULTS``."""
+    unknown = sorted(set(given) - set(TOKENIZER_DEFAULTS))
+    if unknown:
+        raise TypeError(f"tokenizer_settings: unknown setting(s) {unknown}")
+    recorded = recorded or {}
+    settings = {}
+    for key, default in TOKENIZER_DEFAULTS.items():
+        value = given.get(key)
+        value = recorded.get(key) if value is None else value
+        value = default if value is None else value
+        if not isinstance(value, (bool, int)) or isinstance(value, int) and value not in (0, 1):
+            raise UserError(f"tokenizer setting {key} must be true or false, got {value!r}")
+        settings[key] = bool(value)
+    return settings
+
+
+def read_tokenizer_settings(folder):
+    """The preprocessing switches a model directory records (any filesystem): those in its
+    ``xlnet_tokenizer.json``, else those in its ``finetune_config.json``, else ``{}`` (the defaults)."""
+    for name in (TOKENIZER_FILE, _FINETUNE_FILE):
+        path = files.join(folder, name)
+        if files.exists(path):
+            data = files.read_json(path)
+            found = {key: data[key] for key in TOKENIZER_DEFAULTS if isinstance(data, dict) and key in data}
+            if found or name == TOKENIZER_FILE:
+                try:
+                    tokenizer_settings(found)
+                except UserError as error:
+                    raise UserError(f"{path}: {error}") from None
+                return found
+    return {}
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -228,10 +228,12 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
     from xlnet_tf.data.graph_features import document_width
     from xlnet_tf.heads import FINETUNE_FILE, build_head_model, head_arguments
     from xlnet_tf.model import CONFIG_FILE, SPM_FILE
-    from xlnet_tf.tokenization import XLNetTokenizer
+    from xlnet_tf.tokenization import XLNetTokenizer, read_tokenizer_settings, tokenizer_settings
     from xlnet_tf.training.loop import Trainer, TrainingOptions
 
-    tokenizer = XLNetTokenizer(setup.spm_model, lower_case=setup.lower_case)
+    # the settings recorded beside the SentencePiece model (a converted directory's), --lower-case over them
+    recorded = read_tokenizer_settings(files.dirname(setup.spm_model))
+    tokenizer = XLNetTokenizer(setup.spm_model, **tokenizer_settings(recorded, lower_case=setup.lower_case or None))
     train = load_task_data(setup.task, setup.train_file, tokenizer, setup.max_seq_len, is_training=True,
                            doc_stride=setup.doc_stride, max_query_len=setup.max_query_len, max_doc_len=setup.doc_len)
     rows = len(train.features["input_ids"])
@@ -241,7 +243,7 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
         options = dataclasses.replace(options, train_steps=max(1, math.ceil(rows * setup.epochs / options.batch_size)))
     log.info("%s: %d training rows, %d steps of %d", setup.train_file, rows, options.train_steps, options.batch_size)
     finetune_config = {
-        "task": setup.task, "max_seq_len": setup.max_seq_len, "lower_case": setup.lower_case,
+        "task": setup.task, "max_seq_len": setup.max_seq_len, **tokenizer.settings,
         "spm_model": SPM_FILE, "doc_stride": setup.doc_stride, "max_query_len": setup.max_query_len,
     }
     if setup.task in ("classification", "regression"):
@@ -464,11 +466,11 @@ def load_for_inference(model_dir, strategy=None):
 
     from xlnet_tf.heads import load_finetuned
     from xlnet_tf.model import SPM_FILE
-    from xlnet_tf.tokenization import XLNetTokenizer
+    from xlnet_tf.tokenization import XLNetTokenizer, tokenizer_settings
 
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         model, finetune_config = load_finetuned(model_dir, dropout=0.0, dropatt=0.0)
-    tokenizer = XLNetTokenizer(files.join(model_dir, SPM_FILE), lower_case=finetune_config.get("lower_case", False))
+    tokenizer = XLNetTokenizer(files.join(model_dir, SPM_FILE), **tokenizer_settings(finetune_config))
     return model, finetune_config, tokenizer
 
 
