@@ -228,7 +228,10 @@ def _signature_summary(signatures):
     return out
 
 
-def export_model(model_dir, export_base, version=None, max_seq_len=None, reusable=False):
+PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+
+
+def export_model(model_dir, export_base, version=None, max_seq_len=None, reusable=False, precision="float32"):
     """Export a fine-tuned model directory as a TensorFlow Serving SavedModel; returns the version's path.
 
     Args:
@@ -242,12 +245,18 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
       reusable: write the reusable encoder (``build_reusable_module``: TF Hub-style ``__call__`` on ids,
         trainable ``variables``, plus ``serving_default`` / ``encode`` / ``tokenize`` on text) instead of the
         task model.
+      precision: what the served graph computes in: "float32", "bfloat16" or "float16" (the Keras mixed
+        policies: float32 variables, matmuls in the reduced type; attention scores, softmax, layer norm
+        statistics and the heads' outputs in float32, as in training). Inputs and outputs are the same in
+        every precision (text in, float32 scores out); recorded in ``xlnet_export.json``.
     Raises:
       UserError: the version exists already, a bad version / max_seq_len, or a graph with an op that TF
         Serving does not link (nothing is left behind).
     """
     from xlnet_tf.heads import read_finetune_config
 
+    if precision not in PRECISIONS:
+        raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     model_dir, export_base = os.fspath(model_dir), files.absolute(os.fspath(export_base))
     remote = files.is_remote(export_base)
     finetune_config = read_finetune_config(model_dir)  # fails early on a directory that is not fine-tuned
@@ -272,8 +281,8 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
     from xlnet_tf.model import SPM_FILE
     from xlnet_tf.tokenization import XLNetTokenizer, tokenizer_settings
 
-    # float32 variables whatever the training precision; no dropout.
-    model, _ = load_finetuned(model_dir, dtype="float32", dropout=0.0, dropatt=0.0)
+    # float32 variables whatever the training precision (computing in `precision`); no dropout.
+    model, _ = load_finetuned(model_dir, dtype=PRECISIONS[precision], dropout=0.0, dropatt=0.0)
     tokenizer = XLNetTokenizer(os.path.join(model_dir, finetune_config.get("spm_model") or SPM_FILE),
                                **tokenizer_settings(finetune_config))
     if reusable:
@@ -296,7 +305,7 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
             write_warmup(os.path.join(extra, WARMUP_FILE), files.basename(export_base), task, finetune_config)
         metadata = {
             "kind": "reusable_encoder" if reusable else "serving",
-            "task": task, "max_seq_len": length, "version": version,
+            "task": task, "max_seq_len": length, "version": version, "precision": precision,
             "label_names": finetune_config.get("label_names"), "pairs": bool(finetune_config.get("pairs")),
             **tokenizer.settings,  # lower_case, keep_accents, remove_space
             "doc_stride": finetune_config.get("doc_stride"), "max_query_len": finetune_config.get("max_query_len"),

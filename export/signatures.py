@@ -155,7 +155,9 @@ class _Graphs:
                 "segment_ids": features["segment_ids"]}
 
     def head(self, features):
-        return self.model(features, training=False)
+        """The task head's outputs, floats in float32 whatever the export's precision."""
+        outputs = self.model(features, training=False)
+        return {k: tf.cast(v, tf.float32) if v.dtype.is_floating else v for k, v in outputs.items()}
 
 
 # ----------------------------------------------------------------------------------------------------

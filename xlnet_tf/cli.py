@@ -312,7 +312,8 @@ def _plot_attention(args):
 def _export(args):
     from xlnet_tf.export import export_model
 
-    print(export_model(args.model_dir, args.export_base, args.version, args.max_seq_len, args.reusable))
+    print(export_model(args.model_dir, args.export_base, args.version, args.max_seq_len, args.reusable,
+                       precision=args.precision))
 
 
 def _add_runner_flag(parser, what):
@@ -437,6 +438,10 @@ def build_parser():
     export.add_argument("--max-seq-len", type=int, help="default: the model's max_seq_len")
     export.add_argument("--reusable", action="store_true",
                         help="export the encoder alone as a reusable, trainable SavedModel")
+    export.add_argument("--precision", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="what the served graph computes in (float32 variables; softmax, layer norm and the "
+                             "outputs in float32; text in, float32 out in every precision): bfloat16 for AVX512_BF16 "
+                             "/ AMX CPUs, A100 / H100 and TPUs, float16 for GPUs with tensor cores (T4, V100)")
     export.set_defaults(run=_export)
 
     attention = commands.add_parser("plot-attention", help="attention maps of every layer and head as a PNG")
