@@ -301,13 +301,7 @@ def closed_loop(target, name, texts, expected, clients, seconds, timeout, start=
             answer, code, message = _call(pool[n], texts[index])
             records[n].append((began, time.perf_counter(), index, answer, code, message))
 
-    workers = [threading.Thread(target=worker, args=(n,)) for n in range(clients)]
-    for thread in workers:
-        thread.start()
-    for thread in workers:
-        thread.join()
-    for client in pool:
-        client.close()
+    _run_threads(worker, clients, pool)
     done = [r for own in records for r in own]
     ok = [r for r in done if r[4] is None]
     errors = {}
@@ -319,6 +313,17 @@ def closed_loop(target, name, texts, expected, clients, seconds, timeout, start=
             "requests_per_s": len(ok) / span if span > 0 else 0.0, **_percentiles([r[1] - r[0] for r in ok]),
             "wrong_answers": sum(r[3] != expected[r[2]] for r in ok), "errors": errors,
             "first_error": next((f"{r[4]}: {r[5]}"[:300] for r in done if r[4]), None)}
+
+
+def _run_threads(worker, count, pool):
+    """Runs worker(0..count-1) in threads until all return, then closes the clients of `pool`."""
+    workers = [threading.Thread(target=worker, args=(n,)) for n in range(count)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    for client in pool:
+        client.close()
 
 
 def open_loop(target, name, texts, expected, rate, seconds, threads, timeout, start=0):
@@ -351,13 +356,7 @@ def open_loop(target, name, texts, expected, rate, seconds, threads, timeout, st
             answer, code, message = _call(pool[n], texts[index])
             records[n].append((due, sent, time.perf_counter(), index, answer, code, message))
 
-    workers = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
-    for thread in workers:
-        thread.start()
-    for thread in workers:
-        thread.join()
-    for client in pool:
-        client.close()
+    _run_threads(worker, threads, pool)
     done = [r for own in records for r in own]
     ok = [r for r in done if r[5] is None]
     refused = [r for r in done if r[5] == "RESOURCE_EXHAUSTED"]

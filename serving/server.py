@@ -72,7 +72,11 @@ class ModelServer:
         self._started = True
         options = self.options
         # The certificates are read first: a bad --ssl_config_file fails before any model loads.
-        credentials = server_credentials(options.ssl_config_file) if options.ssl_config_file else None
+        try:
+            credentials = server_credentials(options.ssl_config_file) if options.ssl_config_file else None
+        except BaseException:
+            self._stopped.set()  # nothing started: stop() has nothing to do
+            raise
         self.manager.start()
         if options.batching is not None:
             self.scheduler = BatchScheduler(options.batching, self.metrics)

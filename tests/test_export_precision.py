@@ -22,30 +22,13 @@ def check(label, value, bound, ok):
 
 @pytest.fixture(scope="module")
 def finetuned(tmp_path_factory):
-    """A tiny fine-tuned classification directory (random weights), as `xlnet-tf finetune` writes it."""
-    import keras
-    import pydoc_data.topics
-
-    from xlnet_tf.config import RunOptions, XLNetConfig
-    from xlnet_tf.heads import build_head_model, head_arguments, save_finetuned
-    from xlnet_tf.tokenization import train_spm
+    """A tiny fine-tuned classification directory (random weights) and its work folder."""
+    from conftest import tiny_finetuned_classifier
+    from xlnet_tf.config import XLNetConfig
 
     work = tmp_path_factory.mktemp("precision")
-    lines = [line.strip() for _, text in sorted(pydoc_data.topics.topics.items())
-             for line in text.splitlines() if line.strip()]
-    corpus = work / "corpus.txt"
-    corpus.write_text("\n".join(lines[:1500] + TEXTS * 3) + "\n", encoding="utf-8")
-    spm = train_spm(corpus, work / "spm" / "spiece", 400, minloglevel=2, num_threads=2)
     config = XLNetConfig(n_token=400, d_model=32, n_layer=2, n_head=2, d_head=16, d_inner=64)
-    finetune_config = {"task": "classification", "lower_case": False, "spm_model": "spiece.model",
-                       "doc_stride": 128, "max_query_len": 64, "max_seq_len": 32, "num_labels": 3,
-                       "label_names": ["negative", "neutral", "positive"]}
-    keras.utils.set_random_seed(7)
-    model = build_head_model("classification", config, RunOptions(dropout=0.0, dropatt=0.0, initializer_range=0.3),
-                             **head_arguments(finetune_config))
-    model_dir = work / "finetuned"
-    save_finetuned(model, str(model_dir), finetune_config, extra_files=[spm])
-    return str(model_dir), work
+    return tiny_finetuned_classifier(work, TEXTS, config, 32, 7), work
 
 
 def _casts_to(path, dtype_enum):

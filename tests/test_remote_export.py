@@ -39,29 +39,11 @@ def _ram_root():
 @pytest.fixture(scope="module")
 def finetuned(tmp_path_factory):
     """A tiny fine-tuned classification directory (random weights), local, as `xlnet-tf finetune` writes it."""
-    import keras
-    import pydoc_data.topics
+    from conftest import tiny_finetuned_classifier
+    from xlnet_tf.config import XLNetConfig
 
-    from xlnet_tf.config import RunOptions, XLNetConfig
-    from xlnet_tf.heads import build_head_model, head_arguments, save_finetuned
-    from xlnet_tf.tokenization import train_spm
-
-    work = tmp_path_factory.mktemp("remote_export")
-    lines = [line.strip() for _, text in sorted(pydoc_data.topics.topics.items())
-             for line in text.splitlines() if line.strip()]
-    corpus = work / "corpus.txt"
-    corpus.write_text("\n".join(lines[:1500] + TEXTS * 3) + "\n", encoding="utf-8")
-    spm = train_spm(corpus, work / "spm" / "spiece", 400, minloglevel=2, num_threads=2)
     config = XLNetConfig(n_token=400, d_model=16, n_layer=1, n_head=2, d_head=8, d_inner=32)
-    finetune_config = {"task": "classification", "lower_case": False, "spm_model": "spiece.model",
-                       "doc_stride": 128, "max_query_len": 64, "max_seq_len": 24, "num_labels": 3,
-                       "label_names": ["negative", "neutral", "positive"]}
-    keras.utils.set_random_seed(321)
-    model = build_head_model("classification", config, RunOptions(dropout=0.0, dropatt=0.0, initializer_range=0.3),
-                             **head_arguments(finetune_config))
-    model_dir = work / "finetuned" / "cls"
-    save_finetuned(model, str(model_dir), finetune_config, extra_files=[spm])
-    return str(model_dir)
+    return tiny_finetuned_classifier(tmp_path_factory.mktemp("remote_export"), TEXTS, config, 24, 321)
 
 
 @pytest.fixture(scope="module")

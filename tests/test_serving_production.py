@@ -132,7 +132,8 @@ def test_a_retired_version_closes_at_its_abandoned_requests_deadline(server, bas
 
     def long_request():
         outcome["began"] = time.monotonic()
-        outcome["code"] = _code(lambda: client.predict({"text": ["some text to score"] * BUSY_TEXTS * 2},
+        # 10 x BUSY_TEXTS: far more than 4 s of work even in big pieces on a fast CPU (it runs until its deadline)
+        outcome["code"] = _code(lambda: client.predict({"text": ["some text to score"] * BUSY_TEXTS * 10},
                                                         signature_name="busy"))
 
     thread = threading.Thread(target=long_request)
