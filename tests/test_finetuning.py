@@ -207,12 +207,19 @@ def test_race_runs_end_to_end(pretrained, tmp_path):
     config = json.loads((model_dir / "finetune_config.json").read_text())
     assert config["task"] == "race" and config["num_choices"] == 4 and 0.0 <= results["accuracy"] <= 1.0
 
-    # The same questions with the article read as segments of 16 with memory: predict equals the export.
+    # The same questions with the article read as segments of 16 with memory, trained in float16 (dynamic loss
+    # scaling through the segments' memory): predict (float32) equals the (float32) export.
     model_dir, results = finetune(pretrained, "race", directory, directory, 10, "--max-seq-len", "16",
-                                  "--long-doc", "memory", "--max-doc-len", "48", name="race-memory")
+                                  "--long-doc", "memory", "--max-doc-len", "48", "--mixed-precision", "float16",
+                                  name="race-memory")
     config = json.loads((model_dir / "finetune_config.json").read_text())
     recorded = (config["long_doc"], config["max_doc_len"], config["mem_len"], config["max_qa_len"])
     assert recorded == ("memory", 48, 32, 13)
+    log = [json.loads(line) for line in open(model_dir / "train_log.jsonl")]
+    steps = [(r["step"], round(r["loss"], 3), r["loss_scale"], r["skipped_steps"]) for r in log]
+    print(f"RACE with memory in float16: (step, loss, loss scale, skipped) {steps} (bound: step 10 reached, losses "
+          f"finite)")
+    assert log[-1]["step"] == 10 and all(np.isfinite(r["loss"]) for r in log) and "loss_scale" in log[-1]
     assert main(["predict", "--model-dir", str(model_dir), "--input", str(directory), "--output",
                  str(tmp_path / "race.jsonl")]) == 0
     predicted = [json.loads(line) for line in open(tmp_path / "race.jsonl")]

@@ -1,6 +1,7 @@
-"""`xlnet-tf pretrain`: the loss falls, strategies agree (with and without --recompute), a killed run resumes
-exactly (with --recompute blocks), XLA and bfloat16 run (with recompute), memory flows from step to step, and a
-NaN stops the run keeping the last good checkpoint."""
+"""`xlnet-tf pretrain`: the loss falls, strategies agree (with and without --recompute), a killed float16 run
+resumes exactly (with --recompute blocks and loss scaling), XLA, bfloat16 and float16 run (with recompute; float16
+also with accumulation, its losses close to float32's), memory flows from step to step, and a NaN stops the run
+keeping the last good checkpoint."""
 
 import json
 import os
@@ -119,9 +120,13 @@ def test_same_loss_curve_on_one_device_mirrored_and_multi_worker(data_dir, tmp_p
 def test_killed_run_resumes_to_the_same_weights(data_dir, tmp_path):
     """SIGKILL in the middle, rerun the same command: same final weights as an uninterrupted run
     (deterministic ops, dropout on so the random state must resume too, memory on, blocks recomputed in the
-    backward pass with the forward pass's dropout masks)."""
+    backward pass with the forward pass's dropout masks), in float16 with dynamic loss scaling from a scale
+    that overflows and grows back every 2 finite steps: steps are skipped before and after the kill, so the
+    scale, its counters and the data position must resume too (float32 resumes are checked in process by
+    test_training_step and test_buckets)."""
     common = ("--strategy", "one_device", "--deterministic", "--save-every", "4", "--steps-per-loop", "2",
-              "--recompute", "blocks")
+              "--recompute", "blocks", "--mixed-precision", "float16", "--initial-loss-scale", "1048576",
+              "--loss-scale-growth-steps", "2")
     # The uninterrupted run goes on beside the killed one and its rerun (separate processes and directories).
     whole = cli_process(pretrain_args(data_dir, tmp_path / "whole", 16, *common))
     killed_dir = tmp_path / "killed"
@@ -138,6 +143,16 @@ def test_killed_run_resumes_to_the_same_weights(data_dir, tmp_path):
     print(f"{len(names)} variables compared: max |diff| = {worst:.2e} (bound 1e-6)")
     assert len(names) > 30 and worst <= 1e-6
     assert losses(killed_dir)[-1] == pytest.approx(losses(tmp_path / "whole")[-1], abs=1e-6)
+    logs = {name: [json.loads(line) for line in open(tmp_path / name / "train_log.jsonl")]
+            for name in ("whole", "killed")}
+    skips = {name: [(r["step"], r["skipped_steps"]) for r in log] for name, log in logs.items()}
+    at_kill = max(skipped for step, skipped in skips["killed"] if step <= 8)
+    print(f"float16 (step, skipped steps) per call: whole {skips['whole']}, killed and resumed {skips['killed']}; "
+          f"skipped by step 8 {at_kill} (bound > 0), at the end {skips['killed'][-1][1]} (bound > {at_kill}, == the "
+          f"whole run's {skips['whole'][-1][1]}); loss scale at the end {logs['killed'][-1]['loss_scale']} (bound "
+          f"== {logs['whole'][-1]['loss_scale']})")
+    assert 0 < at_kill < skips["killed"][-1][1] == skips["whole"][-1][1]
+    assert logs["killed"][-1]["loss_scale"] == logs["whole"][-1]["loss_scale"]
 
 
 def _kill_and_resume(data_dir, killed_dir, common):
@@ -162,6 +177,8 @@ def test_xla_bfloat16_accumulation_and_mlm_runs_train(data_dir, tmp_path):
     for name, extra in (("xla", ["--jit-compile", "--recompute", "blocks"]),
                         ("bf16", ["--mixed-precision", "bfloat16", "--recompute", "attention"]),
                         ("accumulation", ["--grad-accum-steps", "2", "--batch-size", "4"]),
+                        ("fp16", ["--mixed-precision", "float16", "--grad-accum-steps", "2", "--batch-size", "4",
+                                  "--recompute", "blocks"]),
                         ("mlm", ["--objective", "mlm"])):
         model_dir = tmp_path / name
         assert main(pretrain_args(data_dir, model_dir, 40, "--strategy", "one_device", "--steps-per-loop", "10",
@@ -169,6 +186,14 @@ def test_xla_bfloat16_accumulation_and_mlm_runs_train(data_dir, tmp_path):
         seen = losses(model_dir)
         print(f"{name}: loss {seen[0]:.3f} -> {seen[-1]:.3f} (bound: falls by > 0.3)")
         assert seen[-1] < seen[0] - 0.3
+    # float16 (dynamic loss scaling, Keras' initial scale 2^15) with accumulation and recompute, against the float32
+    # run with the same accumulation: the same data, seeds and schedule.
+    half, full = losses(tmp_path / "fp16"), losses(tmp_path / "accumulation")
+    last = json.loads(open(tmp_path / "fp16" / "train_log.jsonl").readlines()[-1])
+    gap = abs(half[-1] - full[-1])
+    print(f"float16 vs float32 (accumulation 2): losses {np.round(half, 3).tolist()} vs {np.round(full, 3).tolist()}, "
+          f"at step {last['step']} |diff| {gap:.3f} (bound 0.15); steps skipped {last['skipped_steps']} (bound <= 2)")
+    assert last["step"] == 40 and gap <= 0.15 and last["skipped_steps"] <= 2
     float_model = XLNetPretrainer.from_pretrained(tmp_path / "bf16", dropout=0.0, dropatt=0.0)
     bf16_model = XLNetPretrainer.from_pretrained(tmp_path / "bf16", dropout=0.0, dropatt=0.0, dtype="mixed_bfloat16")
     assert float_model.transformer.compute_dtype == "float32"

@@ -225,6 +225,15 @@ def test_two_mirrored_replicas(tmp_path):
           f"one per replica, none from keras' optimizer)")
     assert found["runs"] == 1 and found["reduces"] == 0 and found["gradient_all_reduces"] == 2
 
+    print(f"float16 ({found['fp16_compute']}), initial loss scale 2^28 (overflows), grown after 2 finite steps; "
+          f"(step, scale, skipped) after each call on 2 replicas {found['fp16_log_two']} (one device: "
+          f"{found['fp16_log_one']}); skipped on 2 replicas {found['fp16_skipped'][1]} (bound >= 3), steps applied "
+          f"{found['fp16_steps']} (bound 6), weights moved from the initial ones by {found['fp16_changed']:.2e} (bound "
+          f"> 0); the {found['fp16_copies']} replicas' copies of the scale, its counters and the weights identical: "
+          f"{found['fp16_copies_equal']} (bound True)")
+    assert found["fp16_compute"] == "float16" and found["fp16_skipped"][1] >= 3 and found["fp16_steps"] == 6
+    assert found["fp16_copies"] == 2 and found["fp16_copies_equal"] and found["fp16_changed"] > 0
+
 
 # -- the subprocess: two logical CPUs ---------------------------------------------------------------------------
 
@@ -249,18 +258,23 @@ def _mask_checks(strategy):
             "one_replica_same": bool(np.array_equal(under_one, plain))}
 
 
-def _tiny_classifier(rate):
-    """Embedding -> Dropout(rate) -> mean -> Dense: a model whose training call is little more than its masks."""
+def _tiny_classifier(rate, dtype=None):
+    """Embedding -> Dropout(rate) -> mean -> Dense: a model whose training call is little more than its masks
+    (`dtype`: a Keras dtype policy name, e.g. "mixed_float16"; logits in float32)."""
     import keras
 
     from xlnet_tf.layers.dropout import Dropout
 
     ids = keras.Input((SEQ,), dtype="int32", name="input_ids")
-    hidden = Dropout(rate)(keras.layers.Embedding(64, 16)(ids))
-    return keras.Model({"input_ids": ids}, {"logits": keras.layers.Dense(2)(keras.ops.mean(hidden, axis=1))})
+    hidden = Dropout(rate, dtype=dtype)(keras.layers.Embedding(64, 16, dtype=dtype)(ids))
+    logits = keras.layers.Dense(2, dtype=dtype)(keras.ops.mean(hidden, axis=1))
+    model = keras.Model({"input_ids": ids}, {"logits": keras.ops.cast(logits, "float32")})
+    if dtype:  # a functional model keeps the global policy: the loop reads the model's own compute dtype
+        model.dtype_policy = dtype
+    return model
 
 
-def _tiny_trainer(strategy, directory, rate, **options):
+def _tiny_trainer(strategy, directory, rate, dtype=None, **options):
     import keras
 
     from xlnet_tf.heads import classification_loss
@@ -271,7 +285,7 @@ def _tiny_trainer(strategy, directory, rate, **options):
                 "label_ids": rng.integers(0, 2, size=32).astype(np.int32)}
     keras.utils.set_random_seed(4)
     options = TrainingOptions(batch_size=8, learning_rate=1e-2, save_every=2, steps_per_loop=1, **options)
-    return Trainer(strategy, lambda: _tiny_classifier(rate), classification_loss, stream(examples, 8), options,
+    return Trainer(strategy, lambda: _tiny_classifier(rate, dtype), classification_loss, stream(examples, 8), options,
                    directory)
 
 
@@ -325,6 +339,29 @@ def _one_device_update_checks(strategy, root):
             "reduces": calls.reduces}
 
 
+def _float16_checks(strategy, root):
+    """float16 with dynamic loss scaling from a scale that overflows (2^28, doubled after 2 finite steps) on 2
+    replicas: the steps skipped and the scale after each step, and the replicas' copies of the scale, its counters
+    and the weights (a replica that skipped a step the other applied would leave different weights). One device
+    for comparison: its batch of 8 rows is 2 x 4 there, so its gradients overflow at other scales (not compared)."""
+    options = dict(train_steps=6, initial_loss_scale=2.0 ** 28, loss_scale_growth_steps=2)
+    one = _tiny_trainer(tf.distribute.OneDeviceStrategy("/cpu:0"), root / "fp16-one", 0.0, "mixed_float16", **options)
+    two = _tiny_trainer(strategy, root / "fp16-two", 0.0, "mixed_float16", **options)
+    logs = []
+    for trainer in (one, two):
+        trainer.train()
+        logs.append([(r["step"], r["loss_scale"], r["skipped_steps"])
+                     for r in map(json.loads, open(os.path.join(trainer.model_dir, "train_log.jsonl")))])
+    copies = [[c.numpy() for c in v.values] for v in (two.loss_scale, two.good_steps, two.skipped_steps)]
+    copies += [[c.numpy() for c in v.value.values] for v in two.model.weights]
+    return {"fp16_log_one": logs[0], "fp16_log_two": logs[1], "fp16_skipped": [one.skipped(), two.skipped()],
+            "fp16_copies": len(copies[0]), "fp16_copies_equal": all(np.array_equal(c[0], c[-1]) for c in copies),
+            "fp16_steps": int(two.step.numpy()), "fp16_compute": two.model.compute_dtype,
+            "fp16_changed": largest(two.model.weights, _tiny_trainer(tf.distribute.OneDeviceStrategy("/cpu:0"),
+                                                                      root / "fp16-init", 0.0, "mixed_float16",
+                                                                      **options).model.weights)}
+
+
 def largest(first, second):
     """Max |a - b| over pairs of variables."""
     assert len(first) == len(second)
@@ -340,4 +377,4 @@ if __name__ == "__main__":
     assert mirrored.num_replicas_in_sync == 2
     folder = pathlib.Path(sys.argv[1])
     print(json.dumps({**_mask_checks(mirrored), **_resume_checks(mirrored, folder),
-                      **_one_device_update_checks(mirrored, folder)}))
+                      **_one_device_update_checks(mirrored, folder), **_float16_checks(mirrored, folder)}))

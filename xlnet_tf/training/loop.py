@@ -231,15 +231,31 @@ class Trainer:
             new_mems = outputs["new_mems"] if use_mems else mems
             return loss, grads, new_mems
 
-        def update(grads, kept):
-            """Clips and applies the all-reduced gradients, advances the step -> the global gradient norm."""
+        def clipped(grads):
+            """The all-reduced gradients clipped by their global norm (when clip_norm > 0) -> (grads, norm)."""
             if options.clip_norm > 0:
-                grads, norm = tf.clip_by_global_norm(grads, options.clip_norm)
-            else:
-                norm = tf.linalg.global_norm(grads)
+                return tf.clip_by_global_norm(grads, options.clip_norm)
+            return grads, tf.linalg.global_norm(grads)
+
+        def apply(grads, kept):
+            """Applies the gradients and advances the step (in a replica context)."""
             optimizer.apply(grads, [variables[i] for i in kept])
             self.step.assign_add(1)
-            return norm
+
+        def apply_if(finite, grads, kept):
+            """`apply` when `finite` (the same on every replica: the gradients are all-reduced). Where the strategy
+            needs merge calls (optimizer.apply makes one), a replica-context cond cannot hold it: the cond runs in
+            the cross-replica context and applies on every replica, as Keras' LossScaleOptimizer does."""
+            if tf.__internal__.distribute.strategy_supports_no_merge_call():
+                tf.cond(finite, lambda: apply(grads, kept), lambda: None)
+                return
+
+            def cross_replica(distribution, finite, grads):
+                first = distribution.experimental_local_results(finite)[0]
+                tf.cond(first, lambda: distribution.extended.call_for_each_replica(apply, args=(grads, kept)),
+                        lambda: None)
+
+            tf.distribute.get_replica_context().merge_call(cross_replica, args=(finite, grads))
 
         def scaled_update(grads, kept):
             """Dynamic loss scaling (see the module docstring) -> (norm, NaN for a skipped step; whether the run
@@ -247,22 +263,15 @@ class Trainer:
             scale = tf.identity(self.loss_scale)
             grads = [g / tf.cast(scale, g.dtype) for g in grads]
             finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-
-            def apply():
-                norm = update(grads, kept)
-                grow = self.good_steps + 1 >= options.loss_scale_growth_steps
-                self.loss_scale.assign(tf.where(grow, 2.0 * scale, scale))
-                self.good_steps.assign(tf.where(grow, tf.constant(0, tf.int64), self.good_steps + 1))
-                return norm
-
-            def skip():
-                self.loss_scale.assign(tf.maximum(0.5 * scale, 1.0))
-                self.good_steps.assign(0)
-                self.skipped_steps.assign_add(1)
-                return tf.constant(float("nan"))
-
-            norm = tf.cond(finite, apply, skip)
-            return norm, tf.logical_or(finite, scale > 1.0)
+            grads, norm = clipped(grads)
+            apply_if(finite, grads, kept)
+            # The scale's bookkeeping without control flow: halved on overflow, doubled after enough finite steps.
+            grow = tf.logical_and(finite, self.good_steps + 1 >= options.loss_scale_growth_steps)
+            self.loss_scale.assign(tf.where(finite, tf.where(grow, 2.0 * scale, scale), tf.maximum(0.5 * scale, 1.0)))
+            self.good_steps.assign(tf.where(finite, tf.where(grow, tf.constant(0, tf.int64), self.good_steps + 1),
+                                            tf.constant(0, tf.int64)))
+            self.skipped_steps.assign_add(tf.where(finite, tf.constant(0, tf.int64), tf.constant(1, tf.int64)))
+            return tf.where(finite, norm, float("nan")), tf.logical_or(finite, scale > 1.0)
 
         def replica_step(batches, mems):
             """One optimizer step on one replica: `batches` its grad_accum_steps micro-batches (a tuple), `mems` its
@@ -282,7 +291,8 @@ class Trainer:
             if self.loss_scaled:
                 norm, healthy = scaled_update(grads, kept)
             else:
-                norm = update(grads, kept)
+                grads, norm = clipped(grads)
+                apply(grads, kept)
                 healthy = tf.math.is_finite(norm)
             return loss, norm, tf.logical_and(healthy, tf.math.is_finite(loss)), mems
 
