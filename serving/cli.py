@@ -396,6 +396,9 @@ def add_query_arguments(parser):
     parser.add_argument("--text-b", action="append", help="second text of a pair (one per --text)")
     parser.add_argument("--question", action="append", help="question (repeat; one --context each)")
     parser.add_argument("--context", action="append", help="context paragraph of the question")
+    parser.add_argument("--metadata", action="store_true",
+                        help="print the model's signatures (GetModelMetadata) and, from xlnet-tf serve, its export "
+                             "record (task, precision, max_seq_len, labels) instead of querying it")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--ssl-ca-file", help="PEM file of the CA that signed the server's certificate: TLS (the "
                                               "server runs with --ssl_config_file)")
@@ -425,13 +428,36 @@ def _format_answer(index, question, row):
     return f"[{index}] {question!r}: {row['answer']!r}{span}{extra}"
 
 
+def _print_metadata(client, args, out):
+    """`query --metadata`: the signatures and the export record (None from TensorFlow Serving's binary)."""
+    metadata = client.metadata()
+    record = client.export_metadata()
+    if args.json:
+        print(json.dumps({**metadata, "xlnet_export": record}, ensure_ascii=False), file=out)
+        return 0
+    print(f"{metadata['model']} version {metadata['version']}:", file=out)
+    if record is None:
+        print("  export record: not offered (not xlnet-tf serve, or not an xlnet-tf export)", file=out)
+    else:
+        facts = ", ".join(f"{key} {record.get(key)}" for key in ("task", "precision", "max_seq_len", "kind"))
+        print(f"  export: {facts}; labels {record.get('label_names')}", file=out)
+    for name, signature in metadata["signatures"].items():
+        inputs = ", ".join(f"{alias} {info['dtype']} {info['shape']}" for alias, info in signature["inputs"].items())
+        outputs = ", ".join(f"{alias} {info['dtype']} {info['shape']}" for alias, info in signature["outputs"].items())
+        print(f"  signature {name} ({signature['method_name']}): ({inputs}) -> ({outputs})", file=out)
+    return 0
+
+
 def query_main(args, out=None):
     """Queries a server; prints readable results (JSON with --json). 0 on success, 1 on a server error."""
     from .client import Client
     from .errors import ServingError
 
     out = out or sys.stdout
-    if args.question or args.context:
+    if args.metadata:
+        if args.text or args.text_b or args.question or args.context:
+            raise UserError("--metadata takes no --text, --text-b, --question or --context")
+    elif args.question or args.context:
         if not args.question or not args.context or len(args.question) != len(args.context):
             raise UserError("give one --context for each --question")
         if args.text or args.text_b:
@@ -449,6 +475,8 @@ def query_main(args, out=None):
     except ValueError as error:
         raise UserError(str(error)) from None
     try:
+        if args.metadata:
+            return _print_metadata(client, args, out)
         if args.question:
             rows = client.answer(args.question, args.context, signature_name=args.signature or "serving_default")
             lines = [_format_answer(i, q, r) for i, (q, r) in enumerate(zip(args.question, rows))]

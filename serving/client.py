@@ -43,6 +43,7 @@ from tensorflow_serving.apis import (
 from xlnet_tf import files
 
 from .errors import ServingError
+from .methods import EXPORT_METADATA_FIELD, SIGNATURE_DEF_FIELD
 from .tensors import dtype_name, from_ndarray, shape_of, to_ndarray
 
 DEFAULT_MAX_MESSAGE_BYTES = 512 << 20
@@ -163,7 +164,7 @@ class Client:
     def metadata(self):
         """{"model", "version", "signatures": {name: {"method_name", "inputs", "outputs"}}}; inputs and
         outputs are {alias: {"dtype": "DT_STRING", "shape": [-1] (None: unknown rank), "name": tensor}}."""
-        request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+        request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=[SIGNATURE_DEF_FIELD])
         self._spec(request.model_spec)
         response = self._call(self._predict.GetModelMetadata, request)
         signature_map = get_model_metadata_pb2.SignatureDefMap()
@@ -178,6 +179,24 @@ class Client:
                       for name, sig in sorted(signature_map.signature_def.items())}
         return {"model": response.model_spec.name, "version": response.model_spec.version.value,
                 "signatures": signatures}
+
+    def export_metadata(self):
+        """The served version's xlnet_export.json (task, precision, max_seq_len, label_names, ...; a dict) from
+        GetModelMetadata's field "xlnet_export" (this server's addition), or None where the server does not
+        offer it (TensorFlow Serving's binary, or a SavedModel that is not an xlnet-tf export)."""
+        from google.protobuf import json_format, struct_pb2
+
+        request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=[EXPORT_METADATA_FIELD])
+        self._spec(request.model_spec)
+        try:
+            response = self._call(self._predict.GetModelMetadata, request)
+        except ServingError as error:
+            if error.code == grpc.StatusCode.INVALID_ARGUMENT and "is not supported" in str(error):
+                return None
+            raise
+        record = struct_pb2.Struct()
+        response.metadata[EXPORT_METADATA_FIELD].Unpack(record)
+        return json_format.MessageToDict(record)
 
     def status(self):
         """[{"version", "state" (e.g. "AVAILABLE"), "error_code", "error_message"}] of the model's versions."""

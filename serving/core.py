@@ -77,8 +77,14 @@ class ServerCore:
 
     def signatures(self, model_name, version=None, label=None):
         """-> (version, {signature name: SignatureDef}) of the version a request would use."""
+        version, signatures, _ = self.metadata(model_name, version, label)
+        return version, signatures
+
+    def metadata(self, model_name, version=None, label=None):
+        """-> (version, {signature name: SignatureDef}, its xlnet_export.json dict or None) of the version a
+        request would use."""
         with self.manager.acquire(model_name, version, label) as handle:
-            return handle.version, dict(handle.servable.signatures)
+            return handle.version, dict(handle.servable.signatures), handle.servable.export_metadata
 
     def reload(self, server_config):
         """HandleReloadConfigRequest: a ModelServerConfig proto -> the served models from now on

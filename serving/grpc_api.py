@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 
-from google.protobuf import any_pb2
+from google.protobuf import struct_pb2
 from tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
@@ -22,7 +22,8 @@ from tensorflow_serving.apis import (
 
 from . import errors, inference
 from .deadline import Deadline
-from .methods import CLASSIFY_METHOD, DEFAULT_SIGNATURE, REGRESS_METHOD
+from .methods import (CLASSIFY_METHOD, DEFAULT_SIGNATURE, EXPORT_METADATA_FIELD, EXPORT_METADATA_FILE,
+                      REGRESS_METHOD, SIGNATURE_DEF_FIELD)
 from .tensors import from_ndarray, to_ndarray
 
 log = logging.getLogger("xlnet_tf.serving")
@@ -141,18 +142,25 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             if not fields:
                 raise errors.invalid_argument("GetModelMetadataRequest must specify at least one metadata_field")
             for field in fields:
-                if field != "signature_def":
+                if field not in (SIGNATURE_DEF_FIELD, EXPORT_METADATA_FIELD):
                     raise errors.invalid_argument(f"Metadata field {field} is not supported")
-            served, signatures = self.core.signatures(name, version, label)
+            served, signatures, export_metadata = self.core.metadata(name, version, label)
             response = get_model_metadata_pb2.GetModelMetadataResponse()
             response.model_spec.name = name
             response.model_spec.version.value = served
-            signature_map = get_model_metadata_pb2.SignatureDefMap()
-            for key, signature in signatures.items():
-                signature_map.signature_def[key].CopyFrom(signature)
-            packed = any_pb2.Any()
-            packed.Pack(signature_map)
-            response.metadata["signature_def"].CopyFrom(packed)
+            if SIGNATURE_DEF_FIELD in fields:
+                signature_map = get_model_metadata_pb2.SignatureDefMap()
+                for key, signature in signatures.items():
+                    signature_map.signature_def[key].CopyFrom(signature)
+                response.metadata[SIGNATURE_DEF_FIELD].Pack(signature_map)
+            if EXPORT_METADATA_FIELD in fields:  # this server's addition: the export's own record
+                if export_metadata is None:
+                    raise errors.invalid_argument(
+                        f"Metadata field {EXPORT_METADATA_FIELD} is not supported by {name} version {served}: it "
+                        f"has no {EXPORT_METADATA_FILE} (not an xlnet-tf export)")
+                record = struct_pb2.Struct()
+                record.update(export_metadata)
+                response.metadata[EXPORT_METADATA_FIELD].Pack(record)
             return response
 
         return _answered(self.core, context, "get_model_metadata", request.model_spec.name, run)

@@ -56,6 +56,26 @@ class Prepared:
                 tuple((alias, a.dtype.str, a.shape[1:]) for alias, a in sorted(self.inputs.items())))
 
 
+def _read_export_metadata(path):
+    """The version's assets.extra/xlnet_export.json (a dict), or None when it has none or it is not a JSON object
+    (a SavedModel from elsewhere: it is served all the same)."""
+    import json
+
+    from xlnet_tf import files
+
+    from .methods import EXPORT_METADATA_FILE
+
+    where = files.join(path, EXPORT_METADATA_FILE)
+    if not files.exists(where):
+        return None
+    try:
+        value = json.loads(files.read_bytes(where).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        log.warning("%s: not read (%s); GetModelMetadata will not offer xlnet_export", where, error)
+        return None
+    return value if isinstance(value, dict) else None
+
+
 class Servable:
     """A SavedModel version loaded in its own graph and Session."""
 
@@ -73,6 +93,7 @@ class Servable:
         self._lock = threading.Lock()
         self.warmup_requests_run = 0
         self.pieces_run = 0  # pieces of runs with a deadline (see the module docstring)
+        self.export_metadata = None  # assets.extra/xlnet_export.json of an xlnet-tf export (a dict), else None
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -100,6 +121,7 @@ class Servable:
         self.signatures = {k: v for k, v in meta_graph.signature_def.items() if not k.startswith("__")}
         if not self.signatures:
             raise ValueError(f"{self.path} has no SignatureDefs")
+        self.export_metadata = _read_export_metadata(self.path)
         return self
 
     def close(self):
