@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 
+from xlnet_tf.export.exporter import PRECISIONS as EXPORTER_PRECISIONS
+
 STEP_TASKS = ("inference", "finetune", "pretrain")  # one synthetic batch, timed step by step
 # The "lengths" group: sentence lengths of SST-2 (fine-tuning, predict, the export's latency).
 LENGTH_TASKS = ("lengths-finetune", "lengths-predict", "lengths-latency")
@@ -23,9 +25,12 @@ DOCUMENT_SEGMENTS = (1, 2, 4, 8)  # segments of seq_len per document
 MEMORY_TASKS = ("memory-pretrain", "memory-finetune")
 # The "serving" group: `xlnet-tf serve` with batching against serving_default in process (benchmarks/serving.py).
 SERVING_TASKS = ("serving-throughput",)
+# The "precision" group: the export's latency and logits in each `export --precision` (benchmarks/run_precision.py).
+PRECISION_TASKS = ("precision-latency",)
 DEFAULT_TASKS = STEP_TASKS + ("lengths",)  # a run without --tasks
-TASKS = DEFAULT_TASKS + ("documents", "memory", "serving")  # what --tasks accepts
-PRECISIONS = ("float32", "bfloat16")
+TASKS = DEFAULT_TASKS + ("documents", "memory", "serving", "precision")  # what --tasks accepts
+PRECISIONS = ("float32", "bfloat16")  # of xlnet-tf's step cases (--precisions)
+EXPORT_PRECISIONS = tuple(EXPORTER_PRECISIONS)  # of the "precision" group's exports (--export-precisions)
 
 # XLNet-base; the published sizes besides it are in xlnet_tf.config.MODEL_SIZES.
 BASE_SIZE = {"n_token": 32000, "d_model": 768, "n_layer": 12, "n_head": 12, "d_head": 64, "d_inner": 3072}
@@ -63,7 +68,11 @@ class Case:
     `recompute` ("none", "blocks" or "attention"), measured for its peak memory and step time,
     or one of SERVING_TASKS: "serving-throughput", the export served with batching (max_batch_size and the
     in-process batch: batch_size; max_seq_len: seq_len) against it in process, with `serving`'s parameters
-    (serving.PARAMETERS' keys: client counts, seconds, texts, overload factor, ...).
+    (serving.PARAMETERS' keys: client counts, seconds, texts, overload factor, ...),
+    or one of PRECISION_TASKS: "precision-latency", the random classifier exported with `export --precision
+    precision` (float32, bfloat16 or float16: EXPORT_PRECISIONS), its latency on one text of seq_len - 2
+    pieces (warmup and iterations count requests) and on a batch of batch_size texts (1 untimed, then
+    `batch_requests` timed requests), in process and served, and its logits on that batch.
     size: the architecture (BASE_SIZE keys). Dropout 0.1 when training, no memory (mem_len 0) but within a
     document.
     padding (LENGTH_TASKS only): "buckets" (xlnet-tf's padding by length: length strata when fine-tuning,
@@ -86,6 +95,7 @@ class Case:
     segments: tuple = ()
     recompute: str = ""
     serving: tuple = ()
+    batch_requests: int = 0
 
     @property
     def dims(self):
@@ -107,8 +117,8 @@ class Case:
 
     def to_dict(self):
         """The fields; `padding` and `sample_size` only for LENGTH_TASKS, `segments` only for DOCUMENT_TASKS,
-        `recompute` only for MEMORY_TASKS, `serving` (a dict) only for SERVING_TASKS (the other cases' JSON is
-        unchanged)."""
+        `recompute` only for MEMORY_TASKS, `serving` (a dict) only for SERVING_TASKS, `batch_requests` only for
+        PRECISION_TASKS (the other cases' JSON is unchanged)."""
         values = dataclasses.asdict(self)
         if self.task not in LENGTH_TASKS:
             del values["padding"], values["sample_size"]
@@ -122,6 +132,8 @@ class Case:
             values["serving"] = dict(self.serving)
         else:
             del values["serving"]
+        if self.task not in PRECISION_TASKS:
+            del values["batch_requests"]
         return values
 
     @classmethod

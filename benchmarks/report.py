@@ -6,7 +6,9 @@ tokens (fine-tuning and predict on SST-2 lengths) and one of the exported classi
 when the "documents" tasks ran, one of fine-tuning examples/s and the export's latency by the segments of a
 long document, each against one segment; when the "memory" tasks ran, one of peak memory and step time per
 --recompute mode against none; when the "serving" task ran, one of the server's requests/s and latency by client
-count against the export in process, and under overload.
+count against the export in process, and under overload; when the "precision" task ran, one of the export's
+latency for one text and for a batch in each precision, in process and served, against float32, with the
+logits' relative error and the share of equal labels.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ from __future__ import annotations
 import json
 import os
 
-from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, LENGTH_TASKS, LENGTHS_FILE, MEMORY_TASKS, SERVING_TASKS,
-                                        STEP_TASKS)
-from xlnet_tf.benchmarks.suite import (LATENCY_WHERE, REFERENCES, document_growth, latency_ratio, length_row,
-                                       recompute_comparison, serving_targets)
+from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, LENGTH_TASKS, LENGTHS_FILE, MEMORY_TASKS, PRECISION_TASKS,
+                                        SERVING_TASKS, STEP_TASKS)
+from xlnet_tf.benchmarks.suite import (LATENCY_WHERE, PRECISION_REQUESTS, REFERENCES, document_growth, latency_ratio,
+                                       length_row, precision_comparison, recompute_comparison, serving_targets)
 
 COLUMNS = ("implementation", "task", "T", "precision", "XLA", "tokens/s", "ms/step", "GFLOP/s", "% peak",
            "peak MB", *(f"x {r}" for r in REFERENCES), "bf16 rel err")
@@ -28,6 +30,9 @@ MEMORY_COLUMNS = ("task", "model", "batch", "T", "recompute", "peak MB", "x none
                   "met")
 SERVING_COLUMNS = ("run", "clients", "requests", "requests/s", "p50 ms", "p99 ms", "p99/p50", "x in process",
                    "wrong answers", "errors")
+PRECISION_COLUMNS = ("where", "precision", *(f"{what} {column}" for what in PRECISION_REQUESTS.values()
+                                             for column in ("p50 ms", "p99 ms", "p50 x float32")),
+                     "rel err vs float32", "labels = float32")
 DOCUMENT_COLUMNS = ("S", "tokens", "fine-tuning examples/s", "s/example vs S=1", "text pieces", "latency p50 ms",
                     "latency p99 ms", "p50 vs S=1")
 
@@ -291,21 +296,71 @@ def serving_header(results):
                f"on {results['machine']['cores']} cores" if None not in load.values() else ""))
 
 
+def precision_rows(results):
+    """(the precisions table, footnotes): per place (in process, served) and export precision, p50 / p99 of one
+    text and of the batch with p50 over float32's, and (in process) the logits' relative error and the share of
+    equal labels against the float32 export. A case that did not run, or a place not measured, shows its status
+    and its reason in a numbered footnote."""
+    rows, notes = [], []
+    compared = precision_comparison(results["rows"])
+    for where, key in LATENCY_WHERE.items():
+        for entry in compared:
+            head = [where, entry["precision"]]
+            if entry["status"] != "ok":
+                if key == "in_process":
+                    rows.append(head + [_footnote(entry, notes)] + [""] * (len(PRECISION_COLUMNS) - 3))
+                continue
+            measured = entry[key]
+            if not measured:
+                notes.append(f"({len(notes) + 1}) {entry['label']} {where}: not measured: {entry['served_error']}")
+                rows.append(head + [f"not measured ({len(notes)})"] + [""] * (len(PRECISION_COLUMNS) - 3))
+                continue
+            cells = [cell for request in PRECISION_REQUESTS for cell in (
+                _number(measured[request]["p50_ms"], 1), _number(measured[request]["p99_ms"], 1),
+                _number(measured[request]["vs_float32"], 2))]
+            error, agreement = entry["logits_rel_error"], entry["label_agreement"]
+            if key != "in_process":
+                compare = ["", ""]
+            elif error is None:
+                notes.append(f"({len(notes) + 1}) {entry['label']}: logits not compared: {entry['compared_error']}")
+                compare = [f"not compared ({len(notes)})", ""]
+            else:
+                compare = [f"{error:.1e}", f"{agreement:.2f}"]
+            rows.append(head + cells + compare)
+    return rows, notes
+
+
+def precision_header(results):
+    """What the precisions table measured, in one line."""
+    options = results["options"]
+    entry = next(c for c in precision_comparison(results["rows"]))
+    texts = entry.get("texts") or {}
+    one, batch = texts.get("one") or {}, texts.get("batch") or {}
+    pieces = (f"{one['tokens']} pieces" if one else f"at most {entry['seq_len'] - 2} pieces")
+    spread = (f" ({batch['tokens_min']}-{batch['tokens_max']} pieces)" if batch else "")
+    device = f"on the {entry['device']}" if entry.get("device") else ""
+    return (f"the lengths tasks' random classifier, model {entry['model']}, max_seq_len {entry['seq_len']}, "
+            f"exported with export --precision in each precision (float32 variables, matmuls in the precision, "
+            f"float32 scores out) {device}; serving_default on one text of {pieces} "
+            f"({options['latency_requests']} requests after {options['latency_warmup']}) and on a batch of "
+            f"{entry['batch_size']} texts{spread} ({options['precision_batch_requests']} requests after 1), one "
+            f"client; in process: tf.saved_model.load; served: xlnet-tf serve, gRPC on loopback, one Predict per "
+            f"request; p50 x float32: over the float32 export's p50 in the same run; rel err: max |logit - float32 "
+            f"logit| / max |float32 logit| on the batch; labels = float32: share of the batch with the float32 "
+            f"export's label")
+
+
 def _target_line(target):
     sign = "<=" if target["at_most"] else ">="
     verdict = {True: "MET", False: "NOT MET", None: "NOT MEASURED"}[target["met"]]
+    if target.get("evaluated") is False:
+        verdict = "NOT EVALUATED"
     value = "-" if target["value"] is None else f"{target['value']:.2f}"
     return f"{verdict:12s} {target['target']}: {value} (bound {sign} {target['bound']}) - {target['detail']}"
 
 
 def target_lines(results):
-    lines = []
-    for target in results["targets"]:
-        sign = "<=" if target["at_most"] else ">="
-        verdict = {True: "MET", False: "NOT MET", None: "NOT MEASURED"}[target["met"]]
-        value = "-" if target["value"] is None else f"{target['value']:.2f}"
-        lines.append(f"{verdict:12s} {target['target']}: {value} (bound {sign} {target['bound']}) - {target['detail']}")
-    return lines
+    return [_target_line(target) for target in results["targets"]]
 
 
 def instruction_sets(flags):
@@ -338,9 +393,10 @@ def header_lines(results):
 
 def tables(results):
     """[(columns, body, footnotes, left-aligned columns, (title, line) above or None)]: the step table (unless
-    only the lengths, documents or memory tasks ran), then the lengths tables when those tasks ran, the first
-    under `length_header`, then the long-documents table under `document_header` and the recompute table under
-    `memory_header` when those tasks ran."""
+    only the lengths, documents, memory, serving or precision tasks ran), then the lengths tables when those
+    tasks ran, the first under `length_header`, then the long-documents table under `document_header`, the
+    recompute table under `memory_header`, the serving table under `serving_header` and the precisions table
+    under `precision_header` when those tasks ran."""
     tasks = {row["task"] for row in results["rows"]}
     out = [(COLUMNS, *table_rows(results), 5, None)] if tasks & set(STEP_TASKS) or not tasks else []
     if tasks & set(LENGTH_TASKS):
@@ -356,6 +412,9 @@ def tables(results):
     if tasks & set(SERVING_TASKS):
         out.append((SERVING_COLUMNS, *serving_rows(results), 2, ("Serving (xlnet-tf serve, batching):",
                                                                   serving_header(results))))
+    if tasks & set(PRECISION_TASKS):
+        out.append((PRECISION_COLUMNS, *precision_rows(results), 2, ("Export precisions:",
+                                                                      precision_header(results))))
     return out
 
 

@@ -139,34 +139,44 @@ def _latency(case):
     process (tf.saved_model.load) and through `xlnet-tf serve` over gRPC (its own process).
     -> texts {short, long: {text, tokens}}, in_process and served {short, long: {p50_ms, p99_ms, requests}}
     (served None, with served_error, when the server could not answer)."""
-    import tensorflow as tf
-
     with tempfile.TemporaryDirectory(prefix="xlnet-tf-bench-export-") as work:
         version, loaded = load_random_export(work, case)
         texts = _texts(loaded.signatures["tokenize"], min(LONG_TOKENS, case.seq_len - 2))
-        function = loaded.signatures["serving_default"]
-        in_process = {name: request_latencies(
-            lambda i, t=text["text"]: function(text=tf.constant([t]))["label"].numpy(), case)
-            for name, text in texts.items()}
-        served, error = None, None
-        try:
-            served = _served(os.path.dirname(version), texts, case)
-        except Exception as failure:  # the in-process figures stand; the served ones are reported as missing
-            error = f"{type(failure).__name__}: {failure}"[:500]
+        in_process, served, error = export_latencies(
+            version, loaded.signatures["serving_default"],
+            {name: ([text["text"]], case) for name, text in texts.items()})
     return {"texts": texts, "in_process": in_process, "served": served, "served_error": error,
             "note": "serving_default, one text per request, one client; served: xlnet-tf serve, gRPC on loopback"}
 
 
-def load_random_export(work, case, max_doc_len=None):
+def export_latencies(version, function, requests):
+    """`request_latencies` of each request of `requests` ({key: (texts, case)}: one request holds the list of
+    texts, timed as `case` says) on `function` (the loaded export's serving_default) in process, then through
+    `xlnet-tf serve` of the export at `version` (`_served`) -> (in_process {key: latencies}, served {key:
+    latencies} or None, served_error: None, or why the server could not answer)."""
+    import tensorflow as tf
+
+    in_process = {key: request_latencies(lambda i, t=texts: function(text=tf.constant(t))["label"].numpy(), case)
+                  for key, (texts, case) in requests.items()}
+    served, error = None, None
+    try:
+        served = _served(os.path.dirname(version), requests)
+    except Exception as failure:  # the in-process figures stand; the served ones are reported as missing
+        error = f"{type(failure).__name__}: {failure}"[:500]
+    return in_process, served, error
+
+
+def load_random_export(work, case, max_doc_len=None, precision="float32"):
     """`export_random_classifier` at the case's size and seq_len (EXPORT_VOCAB pieces; documents of up to
-    `max_doc_len` tokens read with memory when given), exported under `work` and loaded in process
-    -> (the export's version directory, the loaded SavedModel)."""
+    `max_doc_len` tokens read with memory when given; computing in `precision`, `export --precision`),
+    exported under `work` and loaded in process -> (the export's version directory, the loaded SavedModel)."""
     import tensorflow as tf
 
     from xlnet_tf.benchmarks.run_xlnet_tf import export_random_classifier
 
     version = export_random_classifier(work, _config(case), case.seq_len, EXPORT_VOCAB,
-                                       os.path.join(work, "export", "classifier"), max_doc_len=max_doc_len)
+                                       os.path.join(work, "export", "classifier"), max_doc_len=max_doc_len,
+                                       precision=precision)
     return version, tf.saved_model.load(version)
 
 
@@ -183,13 +193,13 @@ def count_pieces(tokenize, text):
     return int(tokenize(text=tf.constant([text]))["num_tokens"].numpy()[0])
 
 
-def longest_text(tokenize, max_tokens):
-    """The longest run of words from the start of CPython's documentation with at most `max_tokens` pieces
-    (counted by an export's `tokenize` signature; a word is at least one piece, so the count grows with the
-    words and is bisected) -> {"text", "tokens"}."""
+def longest_text(tokenize, max_tokens, start=0):
+    """The longest run of words of CPython's documentation from its `start`-th word with at most `max_tokens`
+    pieces (counted by an export's `tokenize` signature; a word is at least one piece, so the count grows with
+    the words and is bisected) -> {"text", "tokens"}."""
     from xlnet_tf.benchmarks.run_xlnet_tf import doc_lines
 
-    words = " ".join(doc_lines()).split()[:4 * max_tokens]
+    words = " ".join(doc_lines()).split()[start:start + 4 * max_tokens]
     low, high = 1, len(words)  # the answer lies in [low, high]: one word fits (pieces >= words)
     while low < high:
         middle = (low + high + 1) // 2
@@ -213,9 +223,9 @@ def request_latencies(call, case):
     return {"p50_ms": p50, "p99_ms": p99, "requests": case.iterations}
 
 
-def _served(base, texts, case):
-    """`request_latencies` of each text through `xlnet-tf serve` of the model at BASE (BASE/VERSION holds the
-    export)."""
+def _served(base, requests):
+    """`request_latencies` of each request ({key: (texts, case)}) through `xlnet-tf serve` of the model at BASE
+    (BASE/VERSION holds the export), one gRPC Predict of the texts per request."""
     from xlnet_tf.benchmarks.serving import start_server
     from xlnet_tf.serving import Client
 
@@ -226,8 +236,8 @@ def _served(base, texts, case):
             (status,) = client.status()[-1:]
             if status["state"] != "AVAILABLE":
                 raise RuntimeError(f"the server could not load the export: {status['error_message'][:300]}")
-            return {key: request_latencies(lambda i, t=text["text"]: client.predict({"text": [t]}), case)
-                    for key, text in texts.items()}
+            return {key: request_latencies(lambda i, t=list(texts): client.predict({"text": t}), case)
+                    for key, (texts, case) in requests.items()}
     finally:
         process.terminate()
         process.wait(60)

@@ -1,6 +1,7 @@
 """xlnet-tf's own runners: the encoder forward, the training loop's fine-tuning and pretraining steps, and the
 exported SavedModel's `encode` signature (text in, so tokenization is timed too); the LENGTH_TASKS are in
-`run_lengths`, the DOCUMENT_TASKS in `run_documents`, the SERVING_TASKS in `serving`."""
+`run_lengths`, the DOCUMENT_TASKS in `run_documents`, the SERVING_TASKS in `serving`, the PRECISION_TASKS in
+`run_precision`."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import tempfile
 
 import numpy as np
 
-from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, LENGTH_TASKS, MEMORY_TASKS, SERVING_TASKS, Case, Unsupported,
-                                        memory_length, synthetic_batch, time_iterations)
+from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, LENGTH_TASKS, MEMORY_TASKS, PRECISION_TASKS, SERVING_TASKS,
+                                        Case, Unsupported, memory_length, synthetic_batch, time_iterations)
 
 ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask")
 PRETRAIN_INPUTS = ENCODER_INPUTS + ("perm_mask", "target_mapping", "target_ids", "target_mask")
@@ -33,6 +34,10 @@ def run(case: Case) -> dict:
         from xlnet_tf.benchmarks import serving
 
         return serving.run(case)
+    if case.task in PRECISION_TASKS:
+        from xlnet_tf.benchmarks import run_precision
+
+        return run_precision.run(case)
 
     keras.utils.set_random_seed(0)
     if case.implementation == "xlnet-tf-savedmodel":
@@ -170,12 +175,12 @@ def _saved_model(case):
 
 
 def export_random_classifier(work, config, max_seq_len, vocab_size, export_base, corpus_lines=None,
-                             label_names=("0", "1"), max_doc_len=None):
+                             label_names=("0", "1"), max_doc_len=None, precision="float32"):
     """A randomly initialised XLNet classifier with a SentencePiece model trained on `corpus_lines` (default:
     every line of CPython's documentation topics), saved as a fine-tuned directory under `work` and exported
-    to `export_base` (BASE/NAME) -> the export's version directory. With `max_doc_len`, the classifier reads
-    documents of up to that many tokens as segments of max_seq_len with memory (`--long-doc memory`, memory
-    of every earlier segment)."""
+    to `export_base` (BASE/NAME), computing in `precision` (`export --precision`) -> the export's version
+    directory. With `max_doc_len`, the classifier reads documents of up to that many tokens as segments of
+    max_seq_len with memory (`--long-doc memory`, memory of every earlier segment)."""
     from xlnet_tf.config import RunOptions
     from xlnet_tf.export.exporter import export_model
     from xlnet_tf.heads import build_head_model, head_arguments, save_finetuned
@@ -196,7 +201,7 @@ def export_random_classifier(work, config, max_seq_len, vocab_size, export_base,
     finetuned = os.path.join(work, "finetuned")
     os.rename(spm, os.path.join(work, "spiece.model"))
     save_finetuned(model, finetuned, finetune_config, extra_files=[os.path.join(work, "spiece.model")])
-    return export_model(finetuned, export_base)
+    return export_model(finetuned, export_base, precision=precision)
 
 
 def doc_lines():

@@ -5,8 +5,10 @@ dynamic padding and the exported classifier's latency by text length, and, for t
 fine-tuning step's examples/s and the export's latency grow with the segments of a long document read with
 memory, and, for the "memory" tasks, the peak memory and step time of training steps with each --recompute
 mode against none, and, for the "serving" task, `xlnet-tf serve`'s requests/s and latency with batching at 1, 8
-and 32 clients against the export in process, and under overload; all checked against the project's speed and
-memory targets. Written to OUTPUT_DIR as results.json, report.md and throughput.png."""
+and 32 clients against the export in process, and under overload, and, for the "precision" task, the
+classification export's latency for one text and for a batch in float32, bfloat16 and float16, in process and
+served, with the logits' relative error against float32; all checked against the project's speed and memory
+targets. Written to OUTPUT_DIR as results.json, report.md and throughput.png."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ import time
 
 import numpy as np
 
-from xlnet_tf.benchmarks.common import (BASE_SIZE, DEFAULT_TASKS, DOCUMENT_SEGMENTS, DOCUMENT_TASKS, LENGTH_TASKS,
-                                        MEMORY_TASKS, PRECISIONS, SERVING_TASKS, STEP_TASKS, Case)
+from xlnet_tf.benchmarks.common import (BASE_SIZE, DEFAULT_TASKS, DOCUMENT_SEGMENTS, DOCUMENT_TASKS,
+                                        EXPORT_PRECISIONS, LENGTH_TASKS, MEMORY_TASKS, PRECISION_TASKS, PRECISIONS,
+                                        SERVING_TASKS, STEP_TASKS, Case)
 from xlnet_tf.config import MODEL_SIZES, RECOMPUTE_MODES
 from xlnet_tf.benchmarks.flops import step_flops
 from xlnet_tf.benchmarks.worker import RESULT_PREFIX
@@ -94,6 +97,14 @@ TARGETS = (
     Target("latency short/long text p99, served (gRPC)", 0.4, at_most=True),
 )
 LATENCY_WHERE = {"in process": "in_process", "served (gRPC)": "served"}
+# The "precision" task's targets: a reduced-precision export's p50 latency on the batch, in process, over the
+# float32 export's in the same run, at most; evaluated where that precision is fast: bfloat16 on a CPU with
+# NATIVE_BFLOAT16 instructions or a GPU, float16 on a GPU.
+PRECISION_TARGETS = {
+    "bfloat16": Target("export bfloat16 vs float32 latency (AVX512_BF16 / AMX CPU)", 0.65, at_most=True),
+    "float16": Target("export float16 vs float32 latency (GPU)", 0.65, at_most=True),
+}
+PRECISION_REQUESTS = {"one": "1 text", "batch": "batch"}  # the "precision" task's requests: {key: what it holds}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +134,12 @@ class BenchmarkOptions:
     `serving_batch_size`) to `serving_clients` closed-loop gRPC clients for `serving_seconds` each, against
     serving_default in process on batches of `serving_batch_size` (at least `serving_seconds`), on
     `serving_texts` texts of SST-2 lengths; then `serving_overload` x the largest client count's requests/s,
-    open-loop, for `serving_seconds`, against a server with a small --grpc_max_threads and a bounded queue."""
+    open-loop, for `serving_seconds`, against a server with a small --grpc_max_threads and a bounded queue.
+
+    The "precision" task (not run by default; benchmarks/run_precision.py) exports the random classifier of
+    `size` (max_seq_len seq_len) once per precision of `export_precisions` and times serving_default on one text
+    of seq_len - 2 pieces (`latency_requests` requests after `latency_warmup`) and on a batch of
+    `precision_batch_size` such texts (`precision_batch_requests` requests after 1), in process and served."""
 
     size: dict = dataclasses.field(default_factory=lambda: dict(BASE_SIZE))
     batch_size: int = 8
@@ -155,6 +171,9 @@ class BenchmarkOptions:
     serving_batch_size: int = 32
     serving_overload: float = 4.0
     serving_export_dir: str = ""
+    export_precisions: tuple = EXPORT_PRECISIONS
+    precision_batch_size: int = 32
+    precision_batch_requests: int = 20
     timeout: float = 1800.0
 
 
@@ -185,7 +204,7 @@ def plan_cases(options: BenchmarkOptions):
                             iterations=options.long_iterations if long else options.iterations,
                         ))
     return (cases + plan_length_cases(options) + plan_document_cases(options) + plan_memory_cases(options)
-            + plan_serving_cases(options))
+            + plan_serving_cases(options) + plan_precision_cases(options))
 
 
 def plan_length_cases(options: BenchmarkOptions):
@@ -252,6 +271,17 @@ def plan_serving_cases(options: BenchmarkOptions):
                  serving=tuple(sorted(serving.items())))]
 
 
+def plan_precision_cases(options: BenchmarkOptions):
+    """The "precision" task's cases, one per export precision (in EXPORT_PRECISIONS' order: float32, the
+    reference, first), when "precision" is asked for and xlnet-tf-savedmodel is among the implementations."""
+    if "precision" not in options.tasks or "xlnet-tf-savedmodel" not in options.implementations:
+        return []
+    return [Case("xlnet-tf-savedmodel", PRECISION_TASKS[0], options.precision_batch_size, options.seq_len, precision,
+                 False, tuple(sorted(options.size.items())), warmup=options.latency_warmup,
+                 iterations=options.latency_requests, batch_requests=options.precision_batch_requests)
+            for precision in EXPORT_PRECISIONS if precision in options.export_precisions]
+
+
 def run_worker(arguments, timeout):
     """Runs `python -m xlnet_tf.benchmarks.worker ARGUMENTS` -> its result dict (status "failed" when none)."""
     command = [sys.executable, "-m", "xlnet_tf.benchmarks.worker", *arguments]
@@ -278,6 +308,9 @@ def summarize(case: Case, result: dict, peaks: dict):
     if case.task in SERVING_TASKS:
         row["model"] = "export " + dict(case.serving)["export_dir"] if dict(case.serving).get("export_dir") \
             else _size_name(case.dims)
+        return row
+    if case.task in PRECISION_TASKS:
+        row["model"] = _size_name(case.dims)
         return row
     if case.task in MEMORY_TASKS:
         row["model"] = _size_name(case.dims)
@@ -361,6 +394,96 @@ def serving_targets(rows):
             met = None if value is None else (value <= bound if at_most else value >= bound)
             targets.append({"target": name, "value": value, "bound": bound, "at_most": at_most, "met": met,
                             "detail": detail or f"not measured: {row['status']} {row.get('error', '')}".strip()})
+    return targets
+
+
+def precision_comparison(rows):
+    """Each "precision" row, against the float32 row of the same run: one dict per row with precision, status,
+    label, model, batch_size, seq_len, texts, device, in_process and served ({"one", "batch": {p50_ms, p99_ms,
+    requests, vs_float32 (p50 over float32's, None without it)}}; served None when not measured, with
+    served_error), logits_rel_error (max |logit - float32 logit| / max |float32 logit| on the batch),
+    logits_max_abs_diff, label_agreement (share of the batch with float32's label) and, where these three are
+    None, compared_error: why (no float32 row, another classifier)."""
+    ran = [r for r in rows if r["task"] in PRECISION_TASKS]
+    reference = next((r for r in ran if r["precision"] == "float32" and r["status"] == "ok"), None)
+    compared = []
+    for row in ran:
+        entry = {key: row.get(key) for key in ("precision", "status", "error", "label", "model", "batch_size",
+                                               "seq_len", "texts", "device", "served_error")}
+        entry.update(logits_rel_error=None, logits_max_abs_diff=None, label_agreement=None, compared_error=None,
+                     in_process=None, served=None)
+        if row["status"] != "ok":
+            compared.append(entry)
+            continue
+        for where in LATENCY_WHERE.values():
+            if row.get(where):
+                entry[where] = {key: {**measured, "vs_float32": _p50_ratio(measured, reference, where, key)}
+                                for key, measured in row[where].items()}
+        if reference is None:
+            entry["compared_error"] = "the float32 export was not measured in this run"
+        elif row["weights_digest"] != reference["weights_digest"]:
+            entry["compared_error"] = "its export holds other weights or another vocabulary than the float32 one"
+        else:
+            logits, exact = np.asarray(row["logits"]), np.asarray(reference["logits"])
+            difference = float(np.max(np.abs(logits - exact)))
+            entry.update(logits_max_abs_diff=difference, logits_rel_error=difference / float(np.max(np.abs(exact))),
+                         label_agreement=float(np.mean(np.asarray(row["label_ids"]) ==
+                                                       np.asarray(reference["label_ids"]))))
+        compared.append(entry)
+    return compared
+
+
+def _p50_ratio(measured, reference, where, key):
+    """`measured`'s p50 over the float32 `reference` row's p50 of the same request at `where`, or None."""
+    other = ((reference or {}).get(where) or {}).get(key)
+    return measured["p50_ms"] / other["p50_ms"] if other and other["p50_ms"] else None
+
+
+def precision_targets(rows, cpu_flags):
+    """The "precision" rows' targets (PRECISION_TARGETS, one per reduced precision that was planned) ->
+    [{target, value, bound, at_most, met, detail, evaluated}]: value, the reduced export's p50 on the batch in
+    process over float32's; met None (evaluated False, the reason in detail) where that precision is not fast
+    on this machine: bfloat16 on a CPU without avx512_bf16 / amx_bf16 in `cpu_flags` (`machine_info`'s {flag:
+    present}; None: unknown), float16 on any CPU. A GPU (a row's device) evaluates both."""
+    from xlnet_tf.hardware import NATIVE_BFLOAT16
+
+    compared = {c["precision"]: c for c in precision_comparison(rows)}
+    gpu = any(c["device"] == "GPU" for c in compared.values())
+    native = bool(cpu_flags) and any(cpu_flags.get(flag) for flag in NATIVE_BFLOAT16)
+    targets = []
+    for precision, target in PRECISION_TARGETS.items():
+        if precision not in compared:
+            continue
+        entry, base = compared[precision], compared.get("float32")
+        mine = (entry.get("in_process") or {}).get("batch")
+        value = mine and mine["vs_float32"]
+        if value is None:
+            missing = entry if entry["status"] != "ok" else base
+            reason = (f"{missing['label']}: {missing['status']} {missing.get('error') or ''}".strip() if missing
+                      else "no float32 row")
+            detail = f"not measured: {reason}"
+        else:
+            theirs = base["in_process"]["batch"]
+            error = entry["logits_rel_error"]
+            detail = (f"p50 {mine['p50_ms']:.1f} vs {theirs['p50_ms']:.1f} ms, batch of {entry['batch_size']} "
+                      f"texts of {entry['seq_len']} tokens, in process; logits' relative error vs float32 "
+                      + (f"{error:.1e}, labels equal {entry['label_agreement']:.2f}" if error is not None
+                         else f"not compared: {entry['compared_error']}"))
+        if gpu:
+            why_not = None
+        elif precision == "float16":
+            why_not = "float16 is fast on GPUs only (CPUs emulate it); this run was on the CPU"
+        elif cpu_flags is None:
+            why_not = "the CPU's instruction sets are unknown (no /proc/cpuinfo), so whether bfloat16 is native is too"
+        elif not native:
+            why_not = (f"this CPU has neither {' nor '.join(NATIVE_BFLOAT16)} (TensorFlow emulates bfloat16 "
+                       f"there); the bound applies to CPUs with them and GPUs")
+        else:
+            why_not = None
+        met = None if why_not or value is None else value <= target.bound
+        targets.append({"target": target.name, "value": value, "bound": target.bound, "at_most": target.at_most,
+                        "met": met, "evaluated": why_not is None,
+                        "detail": f"not evaluated: {why_not}; {detail}" if why_not else detail})
     return targets
 
 
@@ -449,8 +572,9 @@ def length_targets(rows, seq_len):
     return values
 
 
-def evaluate_targets(rows, options: BenchmarkOptions):
-    """Each target with its measured value (None, with the reason, when a side is missing) and whether it is met."""
+def evaluate_targets(rows, options: BenchmarkOptions, cpu_flags=None):
+    """Each target with its measured value (None, with the reason, when a side is missing) and whether it is met;
+    with the "precision" task, its targets last (`precision_targets` on `cpu_flags`: `machine_info`'s)."""
     length, long = options.seq_len, options.long_seq_len
 
     def ratio(task, ours_precision, reference):
@@ -486,6 +610,8 @@ def evaluate_targets(rows, options: BenchmarkOptions):
         met = None if value is None else (value <= target.bound if target.at_most else value >= target.bound)
         results.append({"target": target.name, "value": value, "bound": target.bound,
                         "at_most": target.at_most, "met": met, "detail": detail})
+    if "precision" in options.tasks:
+        results += precision_targets(rows, cpu_flags)
     return results
 
 
@@ -530,10 +656,11 @@ def run_benchmark(options: BenchmarkOptions, output_dir, progress=True):
         bar.update()
     bar.close()
     add_ratios(rows)
+    machine = machine_info()
     results = {
-        "machine": machine_info(), "matmul_peak_gflops": peaks, "matmul": matmul,
+        "machine": machine, "matmul_peak_gflops": peaks, "matmul": matmul,
         "options": {**dataclasses.asdict(options), "xla_modes": list(options.xla_modes)},
-        "rows": rows, "targets": evaluate_targets(rows, options), "wall_s": time.time() - began,
+        "rows": rows, "targets": evaluate_targets(rows, options, machine["cpu_flags"]), "wall_s": time.time() - began,
     }
     if "documents" in options.tasks:
         results["documents"] = document_growth(rows)
@@ -541,5 +668,7 @@ def run_benchmark(options: BenchmarkOptions, output_dir, progress=True):
         results["memory"] = recompute_comparison(rows)
     if "serving" in options.tasks:
         results["serving"] = serving_targets(rows)
+    if "precision" in options.tasks:
+        results["precision"] = precision_comparison(rows)
     report.write(results, output_dir)
     return results

@@ -1,7 +1,8 @@
 """The benchmark suite: FLOP counts by hand, the synthetic batches, the SST-2 length histogram and its seeded
 sampler, the plan of cases, targets and report on fabricated rows (step cases, the lengths and the documents
-tasks, and the memory tasks' recompute comparison), the worker's statuses, one tiny end-to-end run of
-`xlnet-tf benchmark --quick` and tiny runs of the documents and memory tasks in process.
+tasks, the memory tasks' recompute comparison and the precision task's comparison with float32 and its targets
+by CPU flags), the worker's statuses, one tiny end-to-end run of `xlnet-tf benchmark --quick` and tiny runs of
+the documents, memory and precision tasks in process.
 
 Speed is never asserted; every checked figure is printed next to its bound (run with -s to see them).
 """
@@ -26,6 +27,14 @@ from xlnet_tf.benchmarks.suite import (LENGTH_CASES, BenchmarkOptions, add_ratio
                                        machine_info, plan_cases, summarize)
 
 SMALL = {"n_token": 50, "d_model": 8, "n_layer": 2, "n_head": 2, "d_head": 4, "d_inner": 16}
+
+
+def measure_in_this_process(arguments, timeout):
+    """`suite.run_worker` without the worker process (no start-up): a 64x64 matmul peak, or the case measured
+    here."""
+    from xlnet_tf.benchmarks.worker import measure_case, measure_matmul
+
+    return measure_matmul(64, 1) if arguments[0] == "--matmul" else measure_case(json.loads(arguments[0]))
 
 
 def small_case(task, **changes):
@@ -340,7 +349,12 @@ def test_worker_statuses(monkeypatch):
     for implementation, changes in (("xlnet-tf-savedmodel", {"task": "finetune"}),
                                     ("xlnet-tf-savedmodel", {"task": "inference", "xla": True}),
                                     ("xlnet-tf", {"task": "lengths-latency"}),
-                                    ("xlnet-tf-savedmodel", {"task": "lengths-latency", "precision": "bfloat16"})):
+                                    ("xlnet-tf-savedmodel", {"task": "lengths-latency", "precision": "bfloat16"}),
+                                    ("xlnet-tf", {"task": "precision-latency", "batch_requests": 1}),
+                                    ("xlnet-tf-savedmodel", {"task": "precision-latency", "precision": "float8",
+                                                             "batch_requests": 1}),
+                                    ("xlnet-tf-savedmodel", {"task": "precision-latency", "xla": True,
+                                                             "batch_requests": 1})):
         result = measure_case({"implementation": implementation, **tiny, **changes})
         print(f"{implementation} {changes} {result} (bound status unsupported)")
         assert result["status"] == "unsupported" and "seconds" not in result
@@ -416,7 +430,10 @@ def test_cli_end_to_end(tmp_path):
                                           (["--lengths-batch-size", "0"], "--lengths-batch-size"),
                                           (["--documents-batch-size", "0"], "--documents-batch-size"),
                                           (["--memory-pretrain-batch-size", "0"], "--memory-pretrain-batch-size"),
-                                          (["--memory-seq-len", "0"], "--memory-seq-len")])
+                                          (["--memory-seq-len", "0"], "--memory-seq-len"),
+                                          (["--export-precisions", "float32,float8"], "--export-precisions"),
+                                          (["--precision-batch-size", "0"], "--precision-batch-size"),
+                                          (["--precision-batch-requests", "0"], "--precision-batch-requests")])
 def test_cli_flag_errors(capsys, tmp_path, flags, named):
     code = cli.main(["benchmark", "--output-dir", str(tmp_path / "never"), *flags])
     err = capsys.readouterr().err
@@ -528,12 +545,7 @@ def test_documents_run_in_process(monkeypatch, tmp_path):
     """`run_benchmark` with the documents tasks at S = 1, 2 (the same code as 1, 2, 4, 8), every case measured
     in this process (no worker start-up): a tiny model at seq_len 16, one step, one request, untimed
     nothing. Its rows, growth, report table and results.json."""
-    from xlnet_tf.benchmarks.worker import measure_case, measure_matmul
-
-    def in_process(arguments, timeout):
-        return measure_matmul(64, 1) if arguments[0] == "--matmul" else measure_case(json.loads(arguments[0]))
-
-    monkeypatch.setattr(suite, "run_worker", in_process)
+    monkeypatch.setattr(suite, "run_worker", measure_in_this_process)
     monkeypatch.setattr(suite, "DOCUMENT_CASES", (
         ("xlnet-tf", "documents-finetune", (1,)), ("xlnet-tf", "documents-finetune", (2,)),
         ("xlnet-tf-savedmodel", "documents-latency", (1, 2))))
@@ -666,12 +678,7 @@ def test_memory_run_in_process(monkeypatch, tmp_path):
     """`run_benchmark` with the memory tasks, every case measured in this process: tiny models at T = 16, one
     untimed and one timed step each, recompute none and blocks. Both start from the same seeds, so each task's
     first loss is the same in both (the recomputation changes no number)."""
-    from xlnet_tf.benchmarks.worker import measure_case, measure_matmul
-
-    def in_process(arguments, timeout):
-        return measure_matmul(64, 1) if arguments[0] == "--matmul" else measure_case(json.loads(arguments[0]))
-
-    monkeypatch.setattr(suite, "run_worker", in_process)
+    monkeypatch.setattr(suite, "run_worker", measure_in_this_process)
     monkeypatch.setattr(suite, "RECOMPUTE_MODES", ("none", "blocks"))  # attention: the same code path
     options = BenchmarkOptions(size={**SMALL, "n_token": 300}, tasks=("memory",), implementations=("xlnet-tf",),
                                long_iterations=1, memory_seq_len=16, memory_pretrain_batch_size=2,
@@ -710,3 +717,247 @@ def test_memory_workers_count_tensor_memory(monkeypatch):
         assert suite.run_worker([json.dumps(case.to_dict())], 10) == {"status": "ok"}
     print(f"TF_CPU_ALLOCATOR_USE_BFC per worker {seen} (bound ['true', None])")
     assert seen == ["true", None]
+
+
+def test_plan_precision_cases():
+    """Not by default; with --tasks precision: one export per precision, float32 first, at seq_len with batch
+    precision_batch_size, 50 requests of one text after 10 and 20 batch requests."""
+    print(f"default tasks {BenchmarkOptions().tasks} (bound without precision)")
+    assert "precision" not in BenchmarkOptions().tasks
+    assert not [c for c in plan_cases(BenchmarkOptions()) if c.task == "precision-latency"]
+    cases = plan_cases(BenchmarkOptions(tasks=("precision",)))
+    found = [(c.implementation, c.task, c.precision, c.batch_size, c.seq_len, c.warmup, c.iterations,
+              c.batch_requests, c.xla, c.dims["d_model"]) for c in cases]
+    print(f"precision cases {found} (bound: savedmodel float32, bfloat16, float16; batch 32, T 128, 10 + 50 "
+          f"requests, 20 batch requests, no XLA, base)")
+    assert found == [("xlnet-tf-savedmodel", "precision-latency", precision, 32, 128, 10, 50, 20, False, 768)
+                     for precision in ("float32", "bfloat16", "float16")]
+    assert cases[1].label() == "xlnet-tf-savedmodel precision-latency T=128 bfloat16"
+    values = cases[1].to_dict()
+    assert values["batch_requests"] == 20 and "segments" not in values and "padding" not in values
+    assert Case.from_dict(json.loads(json.dumps(values))) == cases[1]
+    assert "batch_requests" not in small_case("inference").to_dict()
+    subset = plan_cases(BenchmarkOptions(tasks=("precision",), export_precisions=("float16", "float32"),
+                                         precision_batch_size=4, precision_batch_requests=3))
+    print(f"--export-precisions float16,float32: {[(c.precision, c.batch_size, c.batch_requests) for c in subset]} "
+          f"(bound float32 then float16, batch 4, 3 requests)")
+    assert [(c.precision, c.batch_size, c.batch_requests) for c in subset] == [("float32", 4, 3), ("float16", 4, 3)]
+    assert not plan_cases(BenchmarkOptions(tasks=("precision",), implementations=("xlnet-tf",)))
+
+
+def test_cli_precision_flags(monkeypatch, tmp_path, capsys):
+    """--tasks precision, --export-precisions, --precision-batch-size and --precision-batch-requests reach the
+    options (--quick caps the batch requests at 3); --help documents the task."""
+    seen = []
+    monkeypatch.setattr(suite, "run_benchmark", lambda options, output_dir: seen.append(options) or {"rows": []})
+    out = str(tmp_path / "out")
+    assert cli.main(["benchmark", "--tasks", "precision", "--export-precisions", "float32,bfloat16",
+                     "--precision-batch-size", "8", "--precision-batch-requests", "5", "--output-dir", out]) == 0
+    assert cli.main(["benchmark", "--tasks", "precision", "--quick", "--output-dir", out]) == 0
+    assert cli.main(["benchmark", "--output-dir", out]) == 0
+    found = [(o.tasks, o.export_precisions, o.precision_batch_size, o.precision_batch_requests) for o in seen]
+    print(f"options {found} (bound (precision,) float32,bfloat16 8 5; then all three, 32, 3 (--quick); then the "
+          f"default tasks without precision)")
+    assert found[0] == (("precision",), ("float32", "bfloat16"), 8, 5)
+    assert found[1] == (("precision",), ("float32", "bfloat16", "float16"), 32, 3)
+    assert "precision" not in found[2][0] and found[2][3] == 20
+    with pytest.raises(SystemExit):
+        cli.main(["benchmark", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for words in ("precision (not by default)", "--export-precisions", "--precision-batch-size",
+                  "--precision-batch-requests", "0.65x float32's", "avx512_bf16 or amx_bf16"):
+        print(f"--help mentions {words!r}: {words in text} (bound True)")
+        assert words in text, words
+
+
+def fabricated_precision_results(device="CPU", bfloat16_digest="same"):
+    """Rows of the precision task as `summarize` makes them, batch 4 at T = 16: float32 in process 2 / 3 ms (one
+    text), 10 / 12 ms (batch), served 3 / 4 and 12 / 14 ms; bfloat16 in process 1 / 2 and 5 / 6 ms (0.5x),
+    served not measured, its logits 0.2 off at most (max |float32 logit| 2: 0.1) and one label of four flipped;
+    float16 failed."""
+    options = BenchmarkOptions(size=SMALL, seq_len=16, long_seq_len=0, tasks=("precision",),
+                               implementations=("xlnet-tf-savedmodel",), precision_batch_size=4)
+    size = tuple(sorted(SMALL.items()))
+
+    def row(precision, result):
+        case = Case("xlnet-tf-savedmodel", "precision-latency", 4, 16, precision, size=size, warmup=1, iterations=2,
+                    batch_requests=2)
+        return summarize(case, {"status": "ok", **result} if "status" not in result else result, {})
+
+    def timing(one, batch):
+        return {"one": {"p50_ms": one[0], "p99_ms": one[1], "requests": 2},
+                "batch": {"p50_ms": batch[0], "p99_ms": batch[1], "requests": 2}}
+
+    texts = {"one": {"text": "a b c", "tokens": 14}, "batch": {"count": 4, "tokens_min": 12, "tokens_max": 14}}
+    common = {"texts": texts, "device": device, "device_name": ""}
+    rows = [
+        row("float32", {**common, "in_process": timing((2.0, 3.0), (10.0, 12.0)), "served": timing((3.0, 4.0),
+            (12.0, 14.0)), "served_error": None, "logits": [[1.0, -1.0], [0.5, 0.2], [-2.0, 1.0], [0.1, 0.0]],
+            "label_ids": [0, 0, 1, 0], "weights_digest": "same"}),
+        row("bfloat16", {**common, "in_process": timing((1.0, 2.0), (5.0, 6.0)), "served": None,
+                         "served_error": "RuntimeError: server did not start",
+                         "logits": [[1.1, -1.0], [0.5, 0.2], [-2.0, 1.0], [-0.1, 0.0]], "label_ids": [0, 0, 1, 1],
+                         "weights_digest": bfloat16_digest}),
+        row("float16", {"status": "failed", "error": "MemoryError: too big"}),
+    ]
+    return {"machine": machine_info(), "matmul_peak_gflops": {}, "matmul": {"status": "ok"},
+            "options": {**dataclasses.asdict(options), "xla_modes": list(options.xla_modes)}, "rows": rows,
+            "targets": evaluate_targets(rows, options, {"avx2": True, "avx512_bf16": False, "amx_bf16": False}),
+            "wall_s": 3.0, "precision": suite.precision_comparison(rows)}
+
+
+PRECISION_TARGET = "export bfloat16 vs float32 latency (AVX512_BF16 / AMX CPU)"
+FLOAT16_TARGET = "export float16 vs float32 latency (GPU)"
+
+
+def test_precision_comparison_targets_and_report(tmp_path, capsys):
+    results = fabricated_precision_results()
+    report.write(results, str(tmp_path))
+    printed = capsys.readouterr().out
+    compared = {c["precision"]: c for c in results["precision"]}
+    check("float32 logits' relative error vs itself", compared["float32"]["logits_rel_error"], 0.0)
+    check("bfloat16 logits' relative error (0.2 / 2)", compared["bfloat16"]["logits_rel_error"], 0.1)
+    check("bfloat16 labels equal to float32's (3 of 4)", compared["bfloat16"]["label_agreement"], 0.75)
+    check("bfloat16 batch p50 x float32, in process", compared["bfloat16"]["in_process"]["batch"]["vs_float32"], 0.5)
+    check("bfloat16 one-text p50 x float32, in process", compared["bfloat16"]["in_process"]["one"]["vs_float32"], 0.5)
+    print(f"bfloat16 served {compared['bfloat16']['served']} (bound None), float16 {compared['float16']['status']} "
+          f"(bound failed, nothing compared)")
+    assert compared["bfloat16"]["served"] is None and compared["float16"]["logits_rel_error"] is None
+    targets = {t["target"]: t for t in results["targets"]}
+    bf16, f16 = targets[PRECISION_TARGET], targets[FLOAT16_TARGET]
+    print(f"AVX2 CPU: {bf16} (bound met None, not evaluated: no avx512_bf16 / amx_bf16; value 0.5)")
+    assert bf16["met"] is None and bf16["evaluated"] is False and bf16["value"] == pytest.approx(0.5)
+    assert "neither avx512_bf16 nor amx_bf16" in bf16["detail"] and "relative error vs float32 1.0e-01" in bf16["detail"]
+    print(f"float16: {f16} (bound met None, value None: not evaluated on a CPU and failed)")
+    assert f16["met"] is None and f16["value"] is None and "GPUs only" in f16["detail"] and "MemoryError" in f16["detail"]
+    native = {t["target"]: t for t in suite.precision_targets(results["rows"], {"avx2": True, "avx512_bf16": True})}
+    unknown = {t["target"]: t for t in suite.precision_targets(results["rows"], None)}
+    print(f"AVX512_BF16 CPU: met {native[PRECISION_TARGET]['met']} (bound True: 0.5 <= 0.65), float16 "
+          f"{native[FLOAT16_TARGET]['met']} (bound None); flags unknown: {unknown[PRECISION_TARGET]['met']} (bound None)")
+    assert native[PRECISION_TARGET]["met"] is True and native[PRECISION_TARGET]["evaluated"] is True
+    assert native[FLOAT16_TARGET]["met"] is None and native[FLOAT16_TARGET]["evaluated"] is False
+    assert unknown[PRECISION_TARGET]["met"] is None and "unknown" in unknown[PRECISION_TARGET]["detail"]
+    gpu = fabricated_precision_results(device="GPU")
+    on_gpu = {t["target"]: t for t in gpu["targets"]}
+    print(f"GPU: bfloat16 met {on_gpu[PRECISION_TARGET]['met']} (bound True), float16 evaluated "
+          f"{on_gpu[FLOAT16_TARGET]['evaluated']} met {on_gpu[FLOAT16_TARGET]['met']} (bound True, None: failed)")
+    assert on_gpu[PRECISION_TARGET]["met"] is True and on_gpu[FLOAT16_TARGET]["evaluated"] is True
+    assert on_gpu[FLOAT16_TARGET]["met"] is None and "not measured" in on_gpu[FLOAT16_TARGET]["detail"]
+    other = fabricated_precision_results(bfloat16_digest="other")
+    (mismatch,) = [c for c in other["precision"] if c["precision"] == "bfloat16"]
+    print(f"another classifier: rel error {mismatch['logits_rel_error']} (bound None), {mismatch['compared_error']}")
+    assert mismatch["logits_rel_error"] is None and "other weights" in mismatch["compared_error"]
+    assert "not compared" in {t["target"]: t for t in other["targets"]}[PRECISION_TARGET]["detail"]
+    assert "not compared (1)" in report.format_markdown(other)
+
+    markdown = report.format_markdown(results)
+    table = [line for line in markdown.splitlines() if line.startswith("| ")]
+    print(f"markdown table lines {len(table)} (bound == 1 header + 3 in process + 2 served)")
+    assert len(table) == 6 and table[0] == ("| where | precision | 1 text p50 ms | 1 text p99 ms | 1 text p50 x float32 "
+                                            "| batch p50 ms | batch p99 ms | batch p50 x float32 | rel err vs float32 "
+                                            "| labels = float32 |")
+    for line in ("| in process | float32 | 2.0 | 3.0 | 1.00 | 10.0 | 12.0 | 1.00 | 0.0e+00 | 1.00 |",
+                 "| in process | bfloat16 | 1.0 | 2.0 | 0.50 | 5.0 | 6.0 | 0.50 | 1.0e-01 | 0.75 |",
+                 "| in process | float16 | failed (1) |  |  |  |  |  |  |  |",
+                 "| served (gRPC) | float32 | 3.0 | 4.0 | 1.00 | 12.0 | 14.0 | 1.00 |  |  |",
+                 "| served (gRPC) | bfloat16 | not measured (2) |  |  |  |  |  |  |  |"):
+        print(f"report row {line!r}: {line in table} (bound True)")
+        assert line in table, line
+    assert "Export precisions:" in markdown and "MemoryError: too big" in markdown
+    assert "server did not start" in markdown and "| tokens/s |" not in markdown
+    assert "NOT EVALUATED" in markdown and "NOT EVALUATED" in printed and "NOT MEASURED" in printed
+    assert "batch of 4 texts (12-14 pieces)" in markdown
+    assert json.loads((tmp_path / "results.json").read_text())["precision"] == results["precision"]
+
+
+# Relative error of the tiny random classifier's logits on the batch against the float32 export (max |diff| /
+# max |float32 logit|): bfloat16 keeps 8 bits of mantissa, float16 11.
+PRECISION_ERROR_BOUNDS = {"bfloat16": 6e-2, "float16": 1e-2}
+
+
+def test_precision_run_in_process(monkeypatch, tmp_path):
+    """`run_benchmark` with the precision task, every case measured in this process: the tiny model (--model-size
+    tiny) exported in float32 and bfloat16 (float16 runs the same code; the export test checks its graph) at
+    seq_len 16, batch 4, 2 requests after 1 each; served (a real `xlnet-tf serve`) for float32 only: the reduced
+    export goes through the same code, and its served columns are reported as not measured. Speed is not asserted; the bfloat16 target's verdict is what the CPU
+    flags decide: this machine's, then a flag set without and one with avx512_bf16."""
+    from xlnet_tf.benchmarks import run_lengths
+    from xlnet_tf.benchmarks.common import BASE_SIZE
+    from xlnet_tf.config import MODEL_SIZES
+    from xlnet_tf.hardware import NATIVE_BFLOAT16, cpu_flags, reported_flags
+
+    served = run_lengths._served
+
+    def float32_served(base, requests):
+        (version,) = os.listdir(base)
+        with open(os.path.join(base, version, "assets.extra", "xlnet_export.json"), encoding="utf-8") as handle:
+            precision = json.load(handle)["precision"]
+        if precision != "float32":
+            raise RuntimeError(f"not served in this test ({precision}: the same code as float32)")
+        return served(base, requests)
+
+    monkeypatch.setattr(suite, "run_worker", measure_in_this_process)
+    monkeypatch.setattr(run_lengths, "_served", float32_served)
+    options = BenchmarkOptions(size={key: getattr(MODEL_SIZES["tiny"], key) for key in BASE_SIZE}, seq_len=16,
+                               long_seq_len=0, tasks=("precision",), implementations=("xlnet-tf-savedmodel",),
+                               latency_warmup=1, latency_requests=2, precision_batch_size=4,
+                               precision_batch_requests=2, export_precisions=("float32", "bfloat16"))
+    results = suite.run_benchmark(options, str(tmp_path), progress=False)
+    rows = results["rows"]
+    print(f"rows {[(r['label'], r['status'], r.get('error')) for r in rows]} (bound 2: float32, bfloat16, all ok)")
+    assert [(r["precision"], r["status"]) for r in rows] == [("float32", "ok"), ("bfloat16", "ok")]
+    digests = {r["precision"]: r["weights_digest"][:12] for r in rows}
+    print(f"weights digests {digests} (bound all equal: one classifier in two precisions)")
+    assert len(set(r["weights_digest"] for r in rows)) == 1
+    for entry in results["precision"]:
+        precision = entry["precision"]
+        one, batch = entry["texts"]["one"], entry["texts"]["batch"]
+        print(f"{precision} texts: one of {one['tokens']} pieces, batch of {batch['count']} with "
+              f"{batch['tokens_min']}-{batch['tokens_max']} (bound 8 < pieces <= 14, batch 4)")
+        assert 8 < one["tokens"] <= 14 and batch["count"] == 4 and 8 < batch["tokens_min"] <= batch["tokens_max"] <= 14
+        places = ("in_process", "served") if precision == "float32" else ("in_process",)
+        for where in places:
+            for request in ("one", "batch"):
+                measured = entry[where][request]
+                print(f"{precision} {where} {request}: p50 {measured['p50_ms']:.2f} ms <= p99 "
+                      f"{measured['p99_ms']:.2f} ms (bound > 0), x float32 {measured['vs_float32']:.2f} (bound > 0, "
+                      f"finite), {measured['requests']} requests (bound 2)")
+                assert 0 < measured["p50_ms"] <= measured["p99_ms"] and measured["requests"] == 2
+                assert math.isfinite(measured["vs_float32"]) and measured["vs_float32"] > 0
+        if precision == "float32":
+            print(f"float32: rel error {entry['logits_rel_error']} (bound == 0), labels equal "
+                  f"{entry['label_agreement']} (bound == 1), served error {entry['served_error']} (bound None)")
+            assert entry["logits_rel_error"] == 0.0 and entry["label_agreement"] == 1.0
+            assert entry["served_error"] is None
+            assert entry["in_process"]["batch"]["vs_float32"] == 1.0
+            continue
+        error, agreement, bound = entry["logits_rel_error"], entry["label_agreement"], PRECISION_ERROR_BOUNDS[precision]
+        print(f"{precision}: logits' relative error vs float32 {error:.2e} (bound 0 < error <= {bound:.0e}), labels "
+              f"equal {agreement:.2f} (bound within [0, 1]); served {entry['served']} (bound None: "
+              f"{entry['served_error']})")
+        assert math.isfinite(error) and 0 < error <= bound and 0 <= agreement <= 1
+        assert entry["served"] is None and "not served in this test" in entry["served_error"]
+    native = any(flag in (cpu_flags() or ()) for flag in NATIVE_BFLOAT16) or rows[0]["device"] == "GPU"
+    target = {t["target"]: t for t in results["targets"]}[PRECISION_TARGET]
+    print(f"native bfloat16 here (CPU flags or a GPU) {native}; target {target} (bound met None, not evaluated, "
+          f"unless native)")
+    assert target["evaluated"] is native and math.isfinite(target["value"]) and target["value"] > 0
+    assert (target["met"] is None) is (not native) and "relative error vs float32" in target["detail"]
+    verdicts = {}
+    cpu_rows = [{**row, "device": "CPU"} for row in rows]  # the flags decide on a CPU
+    for name, flags in (("avx2", {"avx2"}), ("avx512_bf16", {"avx2", "avx512f", "avx512_bf16"})):
+        decided = {t["target"]: t for t in evaluate_targets(cpu_rows, options, reported_flags(frozenset(flags)))}
+        verdicts[name] = decided[PRECISION_TARGET]
+    print(f"flags avx2 only: met {verdicts['avx2']['met']} (bound None, 'neither avx512_bf16 nor amx_bf16' in the "
+          f"reason); with avx512_bf16: met {verdicts['avx512_bf16']['met']} (bound == value "
+          f"{verdicts['avx512_bf16']['value']:.2f} <= 0.65)")
+    assert verdicts["avx2"]["met"] is None and "neither avx512_bf16 nor amx_bf16" in verdicts["avx2"]["detail"]
+    assert verdicts["avx512_bf16"]["met"] is (verdicts["avx512_bf16"]["value"] <= 0.65)
+    markdown = (tmp_path / "report.md").read_text()
+    table = [line for line in markdown.splitlines() if line.startswith("| ")]
+    print(f"report table lines {len(table)} (bound == 1 header + 2 in process + 2 served, 1 of them not measured)")
+    assert len(table) == 5 and "Export precisions:" in markdown and markdown.count("not measured (") == 1
+    assert "| tokens/s |" not in markdown
+    assert ("NOT EVALUATED" in markdown) is (rows[0]["device"] != "GPU")  # float16: evaluated on GPUs only
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["precision"] == results["precision"] and len(saved["rows"][0]["logits"]) == 4

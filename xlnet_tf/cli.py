@@ -53,12 +53,13 @@ def _comma_list(flag, value, allowed):
 
 
 def _benchmark(args):
-    from xlnet_tf.benchmarks.common import BASE_SIZE, PRECISIONS, TASKS
+    from xlnet_tf.benchmarks.common import BASE_SIZE, EXPORT_PRECISIONS, PRECISIONS, TASKS
     from xlnet_tf.benchmarks.suite import IMPLEMENTATIONS, BenchmarkOptions, run_benchmark
     from xlnet_tf.config import MODEL_SIZES
 
     for flag in ("batch_size", "seq_len", "iterations", "long_iterations", "lengths_batch_size", "lengths_steps",
-                 "documents_batch_size", "memory_seq_len", "memory_pretrain_batch_size", "memory_finetune_batch_size"):
+                 "documents_batch_size", "memory_seq_len", "memory_pretrain_batch_size", "memory_finetune_batch_size",
+                 "precision_batch_size", "precision_batch_requests"):
         if getattr(args, flag) < 1:
             raise UserError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     if args.warmup < 0 or args.long_seq_len < 0:
@@ -69,6 +70,7 @@ def _benchmark(args):
         "long_seq_len": 0, "xla_modes": (False,), "warmup": 1, "iterations": 3, "lengths_steps": 3,
         "lengths_predict_rows": 4 * args.lengths_batch_size, "latency_requests": 10, "latency_warmup": 3,
         "serving_seconds": min(args.serving_seconds, 3.0), "serving_texts": 64,
+        "precision_batch_requests": min(args.precision_batch_requests, 3),
     } if args.quick else {}
     options = BenchmarkOptions(**{
         "size": {key: getattr(MODEL_SIZES[args.model_size], key) for key in BASE_SIZE},
@@ -84,6 +86,8 @@ def _benchmark(args):
         "memory_finetune_batch_size": args.memory_finetune_batch_size,
         "memory_finetune_size": {key: getattr(MODEL_SIZES[args.memory_finetune_size], key) for key in BASE_SIZE},
         "serving_seconds": args.serving_seconds,
+        "export_precisions": _comma_list("--export-precisions", args.export_precisions, EXPORT_PRECISIONS),
+        "precision_batch_size": args.precision_batch_size, "precision_batch_requests": args.precision_batch_requests,
         **quick,
     })
     _local_only("--output-dir", args.output_dir, "the benchmark's worker processes write their results there")
@@ -476,7 +480,12 @@ def build_parser():
                             "default): peak memory and step time of a pretraining step (--model-size) and a "
                             "fine-tuning step (--memory-finetune-size) with each --recompute mode; serving (not by "
                             "default): xlnet-tf serve with batching (--model-size's export) at 1, 8 and 32 gRPC "
-                            "clients against the export in process, then 4x overload")
+                            "clients against the export in process, then 4x overload; precision (not by default): "
+                            "the classification export (--model-size) in each --export-precisions, its p50 / p99 "
+                            "latency for one text of --seq-len - 2 pieces and for a batch of --precision-batch-size, "
+                            "in process and served, against float32, with the logits' relative error and the "
+                            "share of equal labels; target: bfloat16 p50 (batch, in process) <= 0.65x float32's, "
+                            "evaluated on CPUs with avx512_bf16 or amx_bf16 and on GPUs (float16: on GPUs)")
     bench.add_argument("--precisions", default="float32,bfloat16", help="of xlnet-tf (references: float32)")
     bench.add_argument("--xla", default="both", choices=("both", "on", "off"))
     bench.add_argument("--implementations", default="xlnet-tf,xlnet-tf-savedmodel,keras-hub,model-garden,transformers",
@@ -498,6 +507,13 @@ def build_parser():
                        help="model size of the memory task's fine-tuning step")
     bench.add_argument("--serving-seconds", type=float, default=60.0,
                        help="seconds of the serving task's each client count, in-process run and overload run")
+    bench.add_argument("--export-precisions", default="float32,bfloat16,float16",
+                       help="the precision task's exports (export --precision; float32 is the reference of the "
+                            "ratios and errors; TensorFlow emulates float16 on CPUs, slowly: raise --timeout or leave it out there)")
+    bench.add_argument("--precision-batch-size", type=int, default=32, help="texts per batch of the precision task")
+    bench.add_argument("--precision-batch-requests", type=int, default=20,
+                       help="timed batch requests of the precision task, in process and served, after 1 untimed "
+                            "(its one text: 50 requests after 10, --quick 10 after 3, as the lengths task's latency)")
     bench.add_argument("--timeout", type=float, default=1800.0, help="seconds per case")
     bench.add_argument("--quick", action="store_true",
                        help="3 timed steps after 1, no XLA, no long sequences, a few lengths steps and requests: "
