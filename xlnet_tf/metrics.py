@@ -1,4 +1,5 @@
-"""Evaluation metrics for the fine-tuning tasks: GLUE-style classification and regression, SQuAD, RACE.
+"""Evaluation metrics for the fine-tuning tasks: GLUE-style classification and regression, SQuAD, RACE, token
+classification (entity-level scores as seqeval / conlleval compute them).
 
 Pure Python + numpy (no TensorFlow), so evaluation scripts and the CLI stay light.
 
@@ -37,6 +38,8 @@ __all__ = [
     "f1_score",
     "squad_evaluate",
     "race_accuracy",
+    "entity_chunks",
+    "token_classification_metrics",
 ]
 
 
@@ -357,3 +360,134 @@ def race_accuracy(labels, predictions, levels=None):
         for level in sorted(set(lv.tolist()), key=str):
             out[str(level)] = float(np.mean(correct[lv == level]))
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Token classification (NER, POS): entity-level scores as seqeval computes them by default (conlleval's rules)
+#
+# seqeval 1.2.2, default mode (no `mode="strict"`, no `scheme`): a tag's first CHARACTER is its prefix and
+# everything after the first "-" its type ("B-PER" -> B, PER; "O" -> O, "_"; "B" -> B, "_"; a tag without
+# a prefix such as "PER" -> P, "ER"); chunks start and end by conlleval's startOfChunk / endOfChunk rules
+# plus seqeval's for BIOES: S- is a one-word chunk, E- ends one, and a lone I- or E- (or a type change
+# mid-entity) starts a new chunk instead of being dropped. Sentences are joined with an "O" between them.
+# On BIO / IOB2 tags this is exactly the CoNLL perl script conlleval (2004-01-26); on BIOES tags conlleval
+# differs (it has no rule for S-, nor for E- followed by B-), and seqeval's figures are the ones kept here
+# (tests/fixtures/make_seqeval_golden.py --conlleval compares the two).
+
+
+def _tag_parts(tag):
+    """seqeval's (prefix, type) of one tag."""
+    return tag[0], (tag[1:].split("-", 1)[-1] or "_")
+
+
+def _chunk_ends(prev_tag, tag, prev_type, type_):
+    """conlleval's endOfChunk: whether the chunk before this tag ends here."""
+    if prev_tag in ("E", "S"):
+        return True
+    if prev_tag in ("B", "I") and tag in ("B", "S", "O"):
+        return True
+    return prev_tag not in ("O", ".") and prev_type != type_
+
+
+def _chunk_starts(prev_tag, tag, prev_type, type_):
+    """conlleval's startOfChunk: whether a chunk starts at this tag."""
+    if tag in ("B", "S"):
+        return True
+    if prev_tag in ("E", "S", "O") and tag in ("E", "I"):
+        return True
+    return tag not in ("O", ".") and prev_type != type_
+
+
+def _check_tags(tags, where):
+    tags = list(tags)
+    for k, t in enumerate(tags):
+        if not isinstance(t, str) or not t:
+            raise UserError(f"{where}: tag {k} is {t!r}; tags are non-empty strings such as 'B-PER' or 'O'")
+    return tags
+
+
+def entity_chunks(tags):
+    """Entity chunks of one tag sequence (list of str, e.g. ``["B-PER", "I-PER", "O"]``), exactly as seqeval's
+    default ``get_entities`` reads them: a list of ``(type, start, end)`` with ``end`` EXCLUSIVE (seqeval's is
+    inclusive), in order. BIO / IOB2 / IOBES tags are read as they are, without conversion."""
+    tags = _check_tags(tags, "tags")
+    chunks = []
+    prev_tag, prev_type, begin = "O", "", 0
+    for i, chunk in enumerate(tags + ["O"]):
+        tag, type_ = _tag_parts(chunk)
+        if _chunk_ends(prev_tag, tag, prev_type, type_):
+            chunks.append((prev_type, begin, i))
+        if _chunk_starts(prev_tag, tag, prev_type, type_):
+            begin = i
+        prev_tag, prev_type = tag, type_
+    return chunks
+
+
+def _prf(tp, n_pred, n_true):
+    """seqeval's precision, recall, F1 (0.0 where a denominator is zero, as its zero_division="warn")."""
+    p = tp / n_pred if n_pred else 0.0
+    r = tp / n_true if n_true else 0.0
+    f = 2.0 * p * r / (p + r) if p + r else 0.0
+    return p, r, f
+
+
+def token_classification_metrics(true_tag_seqs, pred_tag_seqs):
+    """Entity-level precision / recall / F1 and token accuracy of tagged sentences, as seqeval computes them in
+    its default mode (the same as conlleval on BIO / IOB2 tags; BIOES read by seqeval's S- / E- rules).
+
+    Args:
+      true_tag_seqs, pred_tag_seqs: one list of tag strings per sentence (one tag per word), same lengths.
+    Returns:
+      {"precision", "recall", "f1"} micro-averaged over entities; "accuracy" (words whose tag is right /
+      words); "per_type": {type: {"precision", "recall", "f1", "support"}} (support = gold entities of the
+      type; types sorted); "macro" and "weighted" ({"precision", "recall", "f1"}: the per-type scores
+      averaged, plainly / weighted by support, as seqeval's classification_report; macro is nan and
+      weighted 0.0 without any entity, as seqeval); "true_entities", "pred_entities", "correct_entities",
+      "words", "sentences" (counts). Scores are fractions in [0, 1].
+    """
+    true_seqs, pred_seqs = list(true_tag_seqs), list(pred_tag_seqs)
+    if len(true_seqs) != len(pred_seqs):
+        raise UserError(f"true and predicted tags differ in the number of sentences: {len(true_seqs)} vs "
+                        f"{len(pred_seqs)}")
+    if not true_seqs:
+        raise UserError("no sentences to score")
+    flat_true, flat_pred, correct_words = [], [], 0
+    for k, (t, p) in enumerate(zip(true_seqs, pred_seqs)):
+        if isinstance(t, str) or isinstance(p, str):
+            raise UserError(f"sentence {k}: expected a list of tags, got a string")
+        t, p = _check_tags(t, f"sentence {k} (true)"), _check_tags(p, f"sentence {k} (predicted)")
+        if len(t) != len(p):
+            raise UserError(f"sentence {k}: {len(t)} true tags but {len(p)} predicted")
+        correct_words += sum(a == b for a, b in zip(t, p))
+        flat_true += t + ["O"]  # seqeval joins sentences with an "O"
+        flat_pred += p + ["O"]
+    n_words = len(flat_true) - len(true_seqs)
+    if n_words == 0:
+        raise UserError("no words to score (every sentence is empty)")
+    true_sets, pred_sets = collections.defaultdict(set), collections.defaultdict(set)
+    for sets, flat in ((true_sets, flat_true), (pred_sets, flat_pred)):
+        for type_, start, end in entity_chunks(flat):
+            sets[type_].add((start, end))
+    per_type = {}
+    tp_all = pred_all = true_all = 0
+    for type_ in sorted(set(true_sets) | set(pred_sets)):
+        tp = len(true_sets[type_] & pred_sets[type_])
+        n_pred, n_true = len(pred_sets[type_]), len(true_sets[type_])
+        p, r, f = _prf(tp, n_pred, n_true)
+        per_type[type_] = {"precision": p, "recall": r, "f1": f, "support": n_true}
+        tp_all, pred_all, true_all = tp_all + tp, pred_all + n_pred, true_all + n_true
+    p, r, f = _prf(tp_all, pred_all, true_all)
+    names = ("precision", "recall", "f1")
+    scores = np.array([[v[n] for n in names] for v in per_type.values()], np.float64).reshape(-1, 3)
+    support = np.array([v["support"] for v in per_type.values()], np.float64)
+    if scores.shape[0]:
+        macro = {n: float(np.average(scores[:, j])) for j, n in enumerate(names)}
+    else:
+        macro = {n: float("nan") for n in names}
+    if support.sum() > 0:
+        weighted = {n: float(np.average(scores[:, j], weights=support)) for j, n in enumerate(names)}
+    else:
+        weighted = {n: 0.0 for n in names}
+    return {"precision": p, "recall": r, "f1": f, "accuracy": correct_words / n_words, "per_type": per_type,
+            "macro": macro, "weighted": weighted, "true_entities": true_all, "pred_entities": pred_all,
+            "correct_entities": tp_all, "words": n_words, "sentences": len(true_seqs)}
