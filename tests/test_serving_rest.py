@@ -21,7 +21,7 @@ from xlnet_tf.serving import serve
 from xlnet_tf.serving.testing import build_standin
 
 THREADS = 2  # rest_api_num_threads
-TIMEOUT_MS = 1500  # rest_api_timeout_in_ms
+TIMEOUT_MS = 3000  # rest_api_timeout_in_ms: well above THREADS x SLOW_S, also on a loaded machine
 BODY_TIMEOUT_S = 2.0  # rest_body_timeout
 MAX_REQUEST_BYTES = 1 << 20
 NAME, QUOTED = "my model", "my%20model"  # served under a name with a space: paths percent-encode it
@@ -162,6 +162,7 @@ def test_overload_excess_answered_503_at_once_accepted_ones_served(server):
         thread.join(30)
     accepted = [r for r in results if r and r[0] == 200]
     rejected = [r for r in results if r and r[0] == 503]
+    print(f"  statuses and seconds: {[(r[0], round(r[3], 3)) if r else None for r in results]}")
     check("requests run (HTTP 200)", len(accepted), f"== rest_api_num_threads {THREADS}", len(accepted) == THREADS)
     check("requests refused (HTTP 503)", len(rejected), f"== {total - THREADS}", len(rejected) == total - THREADS)
     slowest = max(r[3] for r in rejected)
