@@ -8,19 +8,6 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
-# The longest test files (minutes each on 2 cores), longest first: the two xdist workers (setup.cfg) take whole
-# files in collection order, so starting these first leaves only short files for the end of the run.
-LONGEST_FILES = ("test_benchmark.py", "test_pretraining.py", "test_demo.py", "test_long_documents.py",
-                 "test_export.py", "test_finetuning.py", "test_buckets.py", "test_serving.py", "test_recompute.py",
-                 "test_export_precision.py", "test_pretraining_data.py", "test_pipelines_data.py")
-
-
-def pytest_collection_modifyitems(session, config, items):
-    """LONGEST_FILES first, in that order; every file's tests keep their order (a stable sort)."""
-    rank = {name: index for index, name in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FILES)))
-
-
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
