@@ -59,9 +59,8 @@ class Prepared:
 def _read_export_metadata(path):
     """The version's assets.extra/xlnet_export.json (a dict), or None when it has none or it is not a JSON object
     (a SavedModel from elsewhere: it is served all the same)."""
-    import json
-
     from xlnet_tf import files
+    from xlnet_tf.errors import UserError
 
     from .methods import EXPORT_METADATA_FILE
 
@@ -69,9 +68,9 @@ def _read_export_metadata(path):
     if not files.exists(where):
         return None
     try:
-        value = json.loads(files.read_bytes(where).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
-        log.warning("%s: not read (%s); GetModelMetadata will not offer xlnet_export", where, error)
+        value = files.read_json(where)
+    except UserError as error:
+        log.warning("%s; GetModelMetadata will not offer xlnet_export", error)
         return None
     return value if isinstance(value, dict) else None
 

@@ -19,6 +19,7 @@ import pytest
 from xlnet_tf.data.token_classification import (IGNORE, TokenExample, entity_offsets, entity_spans, read_conll,
                                                 read_token_examples, read_token_jsonl, token_classification_features,
                                                 token_label_list, word_predictions, word_values)
+from test_finetuning_data import check, write  # the same file writer and printed check
 from xlnet_tf.errors import UserError
 from xlnet_tf.metrics import entity_chunks, token_classification_metrics
 
@@ -37,16 +38,6 @@ def tok(tmp_path_factory):
     corpus = tmp / "corpus.txt"
     corpus.write_text("\n".join(lines[:1500]) + "\n", encoding="utf-8")
     return XLNetTokenizer(train_spm(corpus, tmp / "spiece", 400, minloglevel=2, num_threads=2))
-
-
-def write(path, text):
-    path.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
-    return path
-
-
-def check(name, got, expected):
-    print(f"{name} = {got!r} (expected {expected!r})")
-    assert got == expected
 
 
 def expect_error(fn, *parts):
