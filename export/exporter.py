@@ -263,6 +263,10 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
     version = _resolve_version(export_base, version)
     _check_free(export_base, version)
     task = finetune_config["task"]
+    if task == "token-classification" and not reusable:
+        raise UserError(f"{model_dir}: exporting a token-classification model's serving signatures is not built yet "
+                        "(xlnet-tf predict --model-dir predicts CoNLL / JSONL files; export --reusable writes its "
+                        "encoder)")
     length = int(max_seq_len or finetune_config.get("max_seq_len") or 0)
     if finetune_config.get("long_doc") == "memory" and length != finetune_config["max_seq_len"] and not reusable:
         raise UserError(f"--max-seq-len of a long-document model is its segment length, "

@@ -221,17 +221,28 @@ def test_every_problem_listed_at_once_and_allow_unused_converts(tmp_path, vocab,
     check("--allow-unused: max |logits_proj kernel - source^T|", diff, "<= 1e-7", diff <= 1e-7)
 
     # an unimplemented head: left out, the encoder alone is converted (Python API)
-    tensors = {**encoder_tensors(rng, vocab), "classifier.weight": rng.normal(0, 1, (5, D)),
-               "classifier.bias": np.zeros(5)}
-    src = write_dir(tmp_path / "tokens", hf_config(vocab, "XLNetForTokenClassification"), tensors)
+    tensors = {**encoder_tensors(rng, vocab), "qa_outputs.weight": rng.normal(0, 1, (2, D)),
+               "qa_outputs.bias": np.zeros(2)}
+    src = write_dir(tmp_path / "simple-qa", hf_config(vocab, "XLNetForQuestionAnsweringSimple"), tensors)
     source = convert.read_transformers(src, allow_unused=True)
-    check("token classification: left out", [str(u) for u in source.left_out], "1 entry naming classifier",
-          len(source.left_out) == 1 and "classifier: bias [5], weight [5, 16]" in str(source.left_out[0]))
-    out = str(tmp_path / "tokens-out")
+    check("simple span QA: left out", [str(u) for u in source.left_out], "1 entry naming qa_outputs",
+          len(source.left_out) == 1 and "qa_outputs: bias [2], weight [2, 16]" in str(source.left_out[0]))
+    out = str(tmp_path / "simple-qa-out")
     convert.convert_transformers(src, out, allow_unused=True)
     names = sorted(os.listdir(out))
-    check("token classification with allow_unused: files", names, "no finetune_config.json",
+    check("simple span QA with allow_unused: files", names, "no finetune_config.json",
           "finetune_config.json" not in names and "xlnet_config.json" in names)
+
+    # token classification converts (its logits' parity: test_token_classification)
+    tensors = {**encoder_tensors(rng, vocab), "classifier.weight": rng.normal(0, 1, (5, D)),
+               "classifier.bias": np.zeros(5)}
+    config = hf_config(vocab, "XLNetForTokenClassification", id2label={str(i): t for i, t in enumerate("OABCD")})
+    source = convert.read_transformers(write_dir(tmp_path / "tokens", config, tensors))
+    check("token classification: task, labels, nothing left out",
+          (source.finetune_config["task"], source.finetune_config["label_names"], source.left_out),
+          "('token-classification', ['O', 'A', 'B', 'C', 'D'], ())",
+          source.finetune_config["task"] == "token-classification" and not source.left_out
+          and source.finetune_config["label_names"] == list("OABCD"))
 
 
 def test_what_cannot_be_left_out_stops_even_with_allow_unused(tmp_path, vocab, capsys):

@@ -147,12 +147,17 @@ def _finetune(args):
         raise UserError("give exactly one of --train-steps and --epochs")
     if args.long_doc == "truncate" and (args.max_doc_len or args.mem_len or args.grad_segments != 1):
         raise UserError("--max-doc-len, --mem-len and --grad-segments need --long-doc memory")
+    if args.task != "token-classification" and (args.tag_column != -1 or args.label_all_pieces):
+        raise UserError("--tag-column and --label-all-pieces are for --task token-classification")
+    if args.doc_stride is not None and args.doc_stride < 1:
+        raise UserError(f"--doc-stride must be at least 1, got {args.doc_stride}")
     setup = functools.partial(
         FinetuneSetup, task=args.task, train_file=args.train_file, eval_file=args.eval_file, model_dir=args.model_dir,
         lower_case=args.lower_case, init_checkpoint=args.init_checkpoint, max_seq_len=args.max_seq_len,
         doc_stride=args.doc_stride, max_query_len=args.max_query_len, epochs=args.epochs,
         mixed_precision=args.mixed_precision, bucket_boundaries=args.bucket_boundaries, long_doc=args.long_doc,
         max_doc_len=args.max_doc_len, mem_len=args.mem_len, grad_segments=args.grad_segments,
+        tag_column=args.tag_column, label_all_pieces=args.label_all_pieces,
         run_options=RunOptions(dropout=args.dropout, dropatt=args.dropatt, recompute=args.recompute),
     )
     probe = setup(config=None, spm_model=None)  # bad flags fail before any work
@@ -368,8 +373,13 @@ def build_parser():
     pretrain.add_argument("--objective", choices=["plm", "mlm"], default="plm")
     pretrain.set_defaults(run=_pretrain)
 
-    finetune = commands.add_parser("finetune", help="fine-tune on classification, regression, SQuAD or RACE")
-    finetune.add_argument("--task", required=True, choices=["classification", "regression", "squad", "race"])
+    finetune = commands.add_parser("finetune", help="fine-tune on classification, regression, SQuAD, RACE or token "
+                                   "classification")
+    finetune.add_argument("--task", required=True,
+                          choices=["classification", "regression", "squad", "race", "token-classification"],
+                          help="token-classification: tagged words (named entities, part of speech, slots) from "
+                               "CoNLL-style files (a word per line, the tag in --tag-column, blank lines between "
+                               "sentences) or JSONL ({\"tokens\": [...], \"tags\": [...]})")
     finetune.add_argument("--train-file", required=True)
     finetune.add_argument("--eval-file", help="evaluated after training (metrics in MODEL_DIR/eval_results.json)")
     finetune.add_argument("--spm-model", help="default: INIT_CHECKPOINT/spiece.model")
@@ -382,7 +392,11 @@ def build_parser():
     finetune.add_argument("--epochs", type=float, help="instead of --train-steps")
     finetune.add_argument("--max-seq-len", type=int, default=128)
     finetune.add_argument("--layer-decay", type=float, default=1.0, help="layer-wise learning-rate decay")
-    finetune.add_argument("--doc-stride", type=int, default=128, help="SQuAD window stride")
+    finetune.add_argument("--doc-stride", type=int,
+                          help="windows over long texts: SQuAD, context tokens between windows (default 128); "
+                               "token-classification, pieces between the starts of a long sentence's windows "
+                               "(default (--max-seq-len - 2) / 2; every word is predicted once, from the window "
+                               "where it has the most context)")
     finetune.add_argument("--max-query-len", type=int, default=64, help="SQuAD question tokens kept")
     finetune.add_argument("--bucket-boundaries", default="auto", metavar="auto|none|L1,L2,...",
                           help="padding by length: every batch holds rows of each length stratum, each part "
@@ -399,6 +413,12 @@ def build_parser():
     finetune.add_argument("--grad-segments", type=int, default=1,
                           help="with --long-doc memory: segments that receive gradient (1: the last only, memory "
                                "without gradient as the paper's stop_gradient)")
+    finetune.add_argument("--tag-column", type=int, default=-1,
+                          help="token-classification, CoNLL files: the tag's column (0 = the word's, -1 = the last)")
+    finetune.add_argument("--label-all-pieces", action="store_true",
+                          help="token-classification: every piece of a word carries the word's tag in the loss "
+                               "(default: the word's first piece only, the others ignored; predictions are read "
+                               "from the first piece either way)")
     finetune.set_defaults(run=_finetune, learning_rate=2e-5, batch_size=32, save_every=500)
 
     evaluate = commands.add_parser("evaluate", help="metrics of a fine-tuned model on a labelled file")
@@ -416,7 +436,7 @@ def build_parser():
                        help="an exported SavedModel (xlnet-tf export): batch prediction as an Apache Beam pipeline "
                             "(RunInference on serving_default; rows that fail go to dead letters)")
     predict.add_argument("--input", required=True, metavar="FILE_OR_GLOB",
-                         help="--model-dir: one TSV / CSV / JSONL (SQuAD: JSON) file; --export-dir: a path or glob "
+                         help="--model-dir: one TSV / CSV / JSONL (SQuAD: JSON; token-classification: CoNLL or JSONL) file; --export-dir: a path or glob "
                               "of JSONL / TSV / CSV / TFRecord (tf.train.Example) files whose fields are the "
                               "export's inputs, and an optional id")
     predict.add_argument("--output", required=True, metavar="FILE_OR_PREFIX",

@@ -114,12 +114,15 @@ def _save(config, weights, out_dir, source, extra_files=(), finetune_config=None
 
 # config.json `architectures` entries this converter reads -> the head their tensors hold (None: encoder only)
 _HF_ARCHITECTURES = {"XLNetModel": None, "XLNetLMHeadModel": "lm", "XLNetForSequenceClassification": "sequence",
-                     "XLNetForMultipleChoice": "sequence", "XLNetForQuestionAnswering": "squad"}
+                     "XLNetForMultipleChoice": "sequence", "XLNetForQuestionAnswering": "squad",
+                     "XLNetForTokenClassification": "token"}
 # transformers' other XLNet heads (not implemented here) -> the module their tensors are under
-_HF_OTHER_HEADS = {"XLNetForQuestionAnsweringSimple": "qa_outputs", "XLNetForTokenClassification": "classifier"}
+_HF_OTHER_HEADS = {"XLNetForQuestionAnsweringSimple": "qa_outputs"}
 _HF_OTHER_MODULES = {module: name for name, module in _HF_OTHER_HEADS.items()}
-_HF_HEAD_MODULES = ("sequence_summary", "logits_proj", "start_logits", "end_logits", "answer_class", "lm_loss")
-_HF_HEAD_MARKS = {"squad": "start_logits.dense.weight", "sequence": "logits_proj.weight", "lm": "lm_loss.bias"}
+_HF_HEAD_MODULES = ("sequence_summary", "logits_proj", "start_logits", "end_logits", "answer_class", "lm_loss",
+                    "classifier")
+_HF_HEAD_MARKS = {"squad": "start_logits.dense.weight", "sequence": "logits_proj.weight", "lm": "lm_loss.bias",
+                  "token": "classifier.weight"}
 _HF_TENSORS = "model.safetensors"
 _HF_INDEX = "model.safetensors.index.json"  # sharded safetensors
 # Weight files transformers may write instead of safetensors -> (what it is, from_pretrained's argument)
@@ -310,6 +313,12 @@ def _transformers_head(hf, tensors, take, max_seq_len, architecture, d_model, un
         weights["end_layer_norm/beta"] = take("end_logits.LayerNorm.bias")
         return weights, {"task": "squad", "start_n_top": hf.get("start_n_top", 5), "end_n_top": hf.get("end_n_top", 5),
                          "max_seq_len": max_seq_len}
+    if _HF_HEAD_MARKS["token"] in tensors and _HF_HEAD_MARKS["sequence"] not in tensors:
+        # XLNetForTokenClassification: classifier(sequence_output) at every position (problem_type unused)
+        put("classifier", "classifier")
+        num_labels = int(np.shape(weights["classifier/kernel"])[1])
+        return weights, {"task": "token-classification", "num_labels": num_labels,
+                         "label_names": _label_names(hf, num_labels), "max_seq_len": max_seq_len}
     if _HF_HEAD_MARKS["sequence"] not in tensors:
         return {}, None
     num_labels = int(np.shape(tensors["logits_proj.weight"])[0])
@@ -344,10 +353,14 @@ def _transformers_head(hf, tensors, take, max_seq_len, architecture, d_model, un
         return weights, {"task": "race", "max_seq_len": max_seq_len}
     if task == "regression":
         return weights, {"task": "regression", "max_seq_len": max_seq_len}
+    return weights, {"task": "classification", "num_labels": num_labels,
+                     "label_names": _label_names(hf, num_labels), "max_seq_len": max_seq_len}
+
+
+def _label_names(hf, num_labels):
+    """config.json's id2label in id order (transformers' LABEL_i where it has none)."""
     id2label = hf.get("id2label") or {}
-    labels = [id2label.get(str(i), id2label.get(i, f"LABEL_{i}")) for i in range(num_labels)]
-    return weights, {"task": "classification", "num_labels": num_labels, "label_names": labels,
-                     "max_seq_len": max_seq_len}
+    return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(num_labels)]
 
 
 def _transformers_tokenizer(src_dir, unused):
@@ -540,11 +553,11 @@ def read_transformers(src_dir, max_seq_len=512, *, allow_unused=False):
 
 def convert_transformers(src_dir, out_dir, max_seq_len=512, *, allow_unused=False):
     """`xlnet-tf convert huggingface SRC OUT [--allow-unused]`: no torch needed. Heads
-    (XLNetForSequenceClassification, XLNetForQuestionAnswering, XLNetForMultipleChoice) become fine-tuned
-    directories. Copies `spiece.model` and writes the tokenizer settings of tokenizer_config.json
-    (do_lower_case, keep_accents, remove_space) as `xlnet_tokenizer.json` (and into a head's
-    finetune_config.json). What `read_transformers` reports stops the conversion unless `allow_unused`.
-    Returns the converted model."""
+    (XLNetForSequenceClassification, XLNetForQuestionAnswering, XLNetForMultipleChoice,
+    XLNetForTokenClassification) become fine-tuned directories. Copies `spiece.model` and writes the
+    tokenizer settings of tokenizer_config.json (do_lower_case, keep_accents, remove_space) as
+    `xlnet_tokenizer.json` (and into a head's finetune_config.json). What `read_transformers` reports stops
+    the conversion unless `allow_unused`. Returns the converted model."""
     import tempfile
 
     from xlnet_tf.model import SPM_FILE

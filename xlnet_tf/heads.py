@@ -1,5 +1,6 @@
 """Fine-tuning heads over XLNetModel, as the original: sequence summary, classification / regression, the
-SQuAD span head with answerability, and multiple choice (RACE). Each is a keras.Model whose encoder is
+SQuAD span head with answerability, multiple choice (RACE), and token classification (transformers'
+XLNetForTokenClassification: one tag per position). Each is a keras.Model whose encoder is
 `self.transformer`, so encoder weights load from any pretrained directory.
 
 Inputs are the encoder's (`input_ids`, `segment_ids`, `padding_mask`) plus, for SQuAD, `p_mask` [B, T]
@@ -191,6 +192,23 @@ class XLNetForMultipleChoice(_HeadModel):
         return {"logits": tf.reshape(logits, [shape[0], shape[1]])}
 
 
+class XLNetForTokenClassification(_HeadModel):
+    """A tag for every position (named entities, part-of-speech, slots): `logits` [B, T, num_labels] float32
+    from one dense layer over the encoder's last layer (transformers' XLNetForTokenClassification `classifier`,
+    no dropout after the encoder's own). Rows are `data.token_classification`'s: pieces, <sep>, <cls>."""
+
+    head_kwargs = ("num_labels",)
+
+    def __init__(self, config, run_options=None, num_labels=2, **kwargs):
+        super().__init__(config, run_options, num_labels=num_labels, **kwargs)
+        self.num_labels = num_labels
+        self.classifier = Dense(config.d_model, num_labels, name="classifier", **self._sub)
+        self.classifier.build()
+
+    def call(self, inputs, training=False):
+        return {"logits": tf.cast(self.classifier(self.encode(inputs, training)), tf.float32)}
+
+
 def _mask_logits(logits, p_mask):
     return tf.where(tf.cast(p_mask, tf.bool), tf.constant(MASKED, logits.dtype), logits)
 
@@ -292,17 +310,27 @@ def squad_loss(outputs, batch):
 multiple_choice_loss = classification_loss
 
 
+def token_classification_loss(outputs, batch):
+    """Cross-entropy summed over the scored positions (label id >= 0; `data.token_classification.IGNORE`
+    elsewhere), divided by their number: transformers' mean over positions that are not ignore_index."""
+    labels = tf.cast(batch["label_ids"], tf.int32)
+    scored = labels >= 0
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.where(scored, labels, 0),
+                                                            logits=outputs["logits"])
+    return tf.reduce_sum(tf.where(scored, losses, 0.0)), tf.reduce_sum(tf.cast(scored, tf.float32))
+
+
 # -- fine-tuned directories: the checkpoint plus finetune_config.json (task, labels, max_seq_len, head) --------
 
 FINETUNE_FILE = "finetune_config.json"
-TASKS = ("classification", "regression", "squad", "race")
+TASKS = ("classification", "regression", "squad", "race", "token-classification")
 
 
 def build_head_model(task, config, run_options=None, dtype=None, **head):
     """The head model for a task: classification (num_labels), regression, squad (start_n_top, end_n_top),
-    race (multiple choice)."""
+    race (multiple choice), token-classification (num_labels)."""
     document = {k: head[k] for k in DOCUMENT_KWARGS if k in head} if head.get("segment_len") else {}
-    if document and task == "squad":
+    if document and task in ("squad", "token-classification"):
         raise ConfigError("long documents with memory (segment_len) are for classification, regression and race")
     if task == "classification":
         return XLNetForSequenceClassification(config, run_options, num_labels=head.get("num_labels", 2), dtype=dtype,
@@ -314,6 +342,8 @@ def build_head_model(task, config, run_options=None, dtype=None, **head):
                                          end_n_top=head.get("end_n_top", 5), dtype=dtype)
     if task == "race":
         return XLNetForMultipleChoice(config, run_options, dtype=dtype, **document)
+    if task == "token-classification":
+        return XLNetForTokenClassification(config, run_options, num_labels=head.get("num_labels", 2), dtype=dtype)
     raise ConfigError(f"task must be one of {TASKS}, got {task!r}")
 
 

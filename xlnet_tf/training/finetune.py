@@ -1,5 +1,5 @@
-"""Fine-tuning, evaluation and prediction for classification, regression, SQuAD and RACE, on the same training
-loop as pretraining. A fine-tuned model directory records the task, label names, max_seq_len, the tokenizer
+"""Fine-tuning, evaluation and prediction for classification, regression, SQuAD, RACE and token classification,
+on the same training loop as pretraining. A fine-tuned model directory records the task, label names, max_seq_len, the tokenizer
 and the architecture (finetune_config.json, xlnet_config.json, spiece.model), so export needs nothing else."""
 
 from __future__ import annotations
@@ -24,12 +24,14 @@ INPUTS = {
     "regression": ("input_ids", "segment_ids", "padding_mask"),
     "race": ("input_ids", "segment_ids", "padding_mask"),
     "squad": ("input_ids", "segment_ids", "padding_mask", "p_mask", "cls_index"),
+    "token-classification": ("input_ids", "segment_ids", "padding_mask"),
 }
 LABELS = {
     "classification": ("label_ids",),
     "regression": ("label_ids",),
     "race": ("label_ids",),
     "squad": ("start_positions", "end_positions", "is_impossible"),
+    "token-classification": ("label_ids",),  # [B, T]: a tag id where a word is scored, IGNORE elsewhere
 }
 
 
@@ -44,6 +46,10 @@ class FinetuneSetup:
     RACE: texts of up to `max_doc_len` tokens read as segments of max_seq_len, each attending to the memory
     of the ones before it: `mem_len` positions per layer, 0 = all of them; memory keeps its gradient for the
     last `grad_segments` segments).
+    doc_stride: SQuAD: context tokens between windows (default 128); token-classification: pieces between the
+    starts of a long sentence's windows (default (max_seq_len - 2) // 2).
+    tag_column, label_all_pieces: token-classification: the tag's column in CoNLL files (-1: the last) and
+    whether every piece of a word carries its tag in the loss (default: its first piece only).
     """
 
     task: str
@@ -56,7 +62,7 @@ class FinetuneSetup:
     eval_file: str | None = None
     init_checkpoint: str | None = None
     max_seq_len: int = 128
-    doc_stride: int = 128
+    doc_stride: int | None = None
     max_query_len: int = 64
     epochs: float | None = None
     mixed_precision: str | None = None
@@ -65,15 +71,17 @@ class FinetuneSetup:
     max_doc_len: int | None = None
     mem_len: int = 0
     grad_segments: int = 1
+    tag_column: int = -1
+    label_all_pieces: bool = False
 
     def __post_init__(self):
         if self.long_doc not in LONG_DOC_MODES:
             raise UserError(f"--long-doc must be one of {', '.join(LONG_DOC_MODES)}, got {self.long_doc!r}")
         if self.long_doc == "truncate":
             return
-        if self.task == "squad":
-            raise UserError("--long-doc memory is for classification, regression and race; SQuAD reads long "
-                            "contexts as --doc-stride windows")
+        if self.task in ("squad", "token-classification"):
+            raise UserError(f"--long-doc memory is for classification, regression and race; {self.task} reads "
+                            "long texts as --doc-stride windows")
         if self.max_doc_len is None or self.max_doc_len < self.max_seq_len:
             raise UserError(f"--long-doc memory needs --max-doc-len of at least --max-seq-len ({self.max_seq_len}), "
                             f"got {self.max_doc_len}")
@@ -83,12 +91,24 @@ class FinetuneSetup:
             raise UserError(f"--grad-segments must be at least 1, got {self.grad_segments}")
 
     @property
+    def stride(self):
+        """doc_stride, or the task's default."""
+        if self.doc_stride is not None:
+            return self.doc_stride
+        return token_doc_stride(self.max_seq_len) if self.task == "token-classification" else 128
+
+    @property
     def doc_len(self):
         """The documents' token budget: max_doc_len with memory, else None (one window)."""
         return self.max_doc_len if self.long_doc == "memory" else None
 
 
 LONG_DOC_MODES = ("truncate", "memory")
+
+
+def token_doc_stride(max_seq_len):
+    """Token classification's default window stride: half a window's pieces."""
+    return max((max_seq_len - 2) // 2, 1)
 
 
 def config_doc_len(finetune_config):
@@ -108,11 +128,22 @@ class TaskData:
 
 
 def load_task_data(task, path, tokenizer, max_seq_len, label_list=None, is_training=False, doc_stride=128,
-                   max_query_len=64, max_doc_len=None):
+                   max_query_len=64, max_doc_len=None, tag_column=-1, label_all_pieces=False, labeled=True):
     """Reads `path` for `task` and builds its features with the one feature builder per task (long documents
-    of up to `max_doc_len` tokens in segments of max_seq_len for classification, regression and race)."""
+    of up to `max_doc_len` tokens in segments of max_seq_len for classification, regression and race).
+    Token classification: `tag_column` of CoNLL files, `label_all_pieces`; `labeled=False` reads only the
+    words (prediction input; a file's tags, if any, are not read)."""
     from xlnet_tf.data import finetuning, readers
 
+    if task == "token-classification":
+        from xlnet_tf.data import token_classification as tc
+
+        examples, report = tc.read_token_examples(path, tag_column=tag_column if labeled else None)
+        if not labeled:
+            examples = [dataclasses.replace(e, tags=None) for e in examples]  # JSONL tags are not read either
+        features, feature_report = tc.token_classification_features(
+            examples, tokenizer, max_seq_len, label_list, doc_stride=doc_stride, label_all_pieces=label_all_pieces)
+        return TaskData(examples, features, {**report, **feature_report})
     if task in ("classification", "regression"):
         examples, report = readers.read_examples(path, task=task)
         features, feature_report = finetuning.classification_features(examples, tokenizer, max_seq_len, label_list,
@@ -132,7 +163,8 @@ def load_task_data(task, path, tokenizer, max_seq_len, label_list=None, is_train
         features = dict(features, start_positions=features["start_position"], end_positions=features["end_position"])
         raw = json.loads(files.read_text(path))  # read_squad has checked it
         return TaskData(examples, features, {**report, **feature_report}, raw=raw)
-    raise UserError(f"--task must be one of classification, regression, squad, race; got {task!r}")
+    raise UserError(f"--task must be one of classification, regression, squad, race, token-classification; got "
+                    f"{task!r}")
 
 
 def parse_widths(spec, max_seq_len, max_doc_len=None):
@@ -212,14 +244,16 @@ class TaskInput:
 
 
 # Which side each task's rows are padded on (the <cls> of classification / RACE rows is the last position).
-LEFT_PADDED = {"classification": True, "regression": True, "race": True, "squad": False}
+LEFT_PADDED = {"classification": True, "regression": True, "race": True, "squad": False,
+               "token-classification": True}
 
 
 def _loss_fn(task):
     from xlnet_tf import heads
 
     return {"classification": heads.classification_loss, "regression": heads.regression_loss,
-            "squad": heads.squad_loss, "race": heads.multiple_choice_loss}[task]
+            "squad": heads.squad_loss, "race": heads.multiple_choice_loss,
+            "token-classification": heads.token_classification_loss}[task]
 
 
 def run_finetuning(setup: FinetuneSetup, options, strategy):
@@ -235,7 +269,8 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
     recorded = read_tokenizer_settings(files.dirname(setup.spm_model))
     tokenizer = XLNetTokenizer(setup.spm_model, **tokenizer_settings(recorded, lower_case=setup.lower_case or None))
     train = load_task_data(setup.task, setup.train_file, tokenizer, setup.max_seq_len, is_training=True,
-                           doc_stride=setup.doc_stride, max_query_len=setup.max_query_len, max_doc_len=setup.doc_len)
+                           doc_stride=setup.stride, max_query_len=setup.max_query_len, max_doc_len=setup.doc_len,
+                           tag_column=setup.tag_column, label_all_pieces=setup.label_all_pieces)
     rows = len(train.features["input_ids"])
     if rows == 0:
         raise UserError(f"{setup.train_file}: no training examples")
@@ -244,13 +279,19 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
     log.info("%s: %d training rows, %d steps of %d", setup.train_file, rows, options.train_steps, options.batch_size)
     finetune_config = {
         "task": setup.task, "max_seq_len": setup.max_seq_len, **tokenizer.settings,
-        "spm_model": SPM_FILE, "doc_stride": setup.doc_stride, "max_query_len": setup.max_query_len,
+        "spm_model": SPM_FILE, "doc_stride": setup.stride, "max_query_len": setup.max_query_len,
     }
     if setup.task in ("classification", "regression"):
         finetune_config["pairs"] = bool(train.report.get("pairs", 0))
-    if setup.task == "classification":
+    if setup.task in ("classification", "token-classification"):
         labels = train.report["label_list"]
         finetune_config.update(num_labels=len(labels), label_names=[str(label) for label in labels])
+    if setup.task == "token-classification":
+        finetune_config.update(tag_column=setup.tag_column, label_all_pieces=setup.label_all_pieces)
+        log.info("%s: %d sentences, %d words in %d windows (%d sentences in several); %d empty words given <unk>, "
+                 "%d words cut to %d pieces", setup.train_file, train.report["sentences"], train.report["words"],
+                 train.report["windows"], train.report["multi_window_examples"], train.report["empty_words"],
+                 train.report["truncated_words"], setup.max_seq_len - 2)
     if setup.task == "race":
         finetune_config.update(num_choices=int(train.features["input_ids"].shape[1]),
                                max_qa_len=race_qa_len(setup.max_seq_len))
@@ -307,10 +348,12 @@ def run_model(model, task, features, batch_size=32, boundaries=None, strategy=No
     """Outputs of `model` on every feature row (numpy, in row order), inference mode.
 
     Rows are batched by length bucket (`boundaries`, default: chosen from the rows' lengths; whole segments
-    for a model reading long documents) and each batch is padded to its bucket's width; per-position outputs
-    (SQuAD's `start_logits`) are returned padded back to max_seq_len with the head's masked value.
+    for a model reading long documents) and each batch is padded to its bucket's width.
     `strategy`: the model's distribution strategy (its variables were made under its scope); each batch is then
     split across its replicas (`distributed_inference`), else the model runs on the default device.
+    Per-position outputs (`POSITION_OUTPUTS`: SQuAD's start / end logits, token classification's logits) come
+    back at their positions in the max_seq_len rows (right- or left-padded as the task's rows are), the rest
+    filled with the heads' masked value.
     """
     from xlnet_tf.data import buckets
     from xlnet_tf.heads import MASKED
@@ -322,18 +365,21 @@ def run_model(model, task, features, batch_size=32, boundaries=None, strategy=No
         boundaries = buckets.auto_boundaries(lengths, max_seq_len, min_rows=batch_size,
                                              multiple=segment_len or buckets.PAD_MULTIPLE)
     predict = distributed_inference(model, strategy, batch_size)
+    positional = POSITION_OUTPUTS.get(task, ())
     outputs = {}
     for bucket, rows in buckets.inference_batches(buckets.assign(lengths, boundaries), batch_size):
         batch = crop({k: features[k][rows] for k in INPUTS[task]}, boundaries[bucket], LEFT_PADDED[task])
         for key, value in predict(batch).items():
             if key not in outputs:
-                shape = (max_seq_len,) if key in POSITION_OUTPUTS else value.shape[1:]
-                outputs[key] = np.full((len(lengths),) + tuple(shape), MASKED if key in POSITION_OUTPUTS else 0,
+                shape = (max_seq_len,) + value.shape[2:] if key in positional else value.shape[1:]
+                outputs[key] = np.full((len(lengths),) + tuple(shape), MASKED if key in positional else 0,
                                        value.dtype)
-            if key in POSITION_OUTPUTS:
-                outputs[key][rows, :value.shape[1]] = value  # right-padded rows: positions keep their index
-            else:
+            if key not in positional:
                 outputs[key][rows] = value
+            elif LEFT_PADDED[task]:  # left-padded rows: a cropped row is the row's last positions
+                outputs[key][rows, max_seq_len - value.shape[1]:] = value
+            else:
+                outputs[key][rows, :value.shape[1]] = value  # right-padded rows: positions keep their index
     return outputs
 
 
@@ -376,8 +422,8 @@ def distributed_inference(model, strategy, batch_size):
     return cache[key]
 
 
-# Outputs with one value per position (SQuAD's right-padded windows): padded back to max_seq_len.
-POSITION_OUTPUTS = ("start_logits", "end_logits")
+# Outputs with one value per position, per task: put back at their positions in max_seq_len rows.
+POSITION_OUTPUTS = {"squad": ("start_logits", "end_logits"), "token-classification": ("logits",)}
 
 
 def squad_predictions(data, outputs, max_answer_length=64):
@@ -410,8 +456,30 @@ def squad_predictions(data, outputs, max_answer_length=64):
     return answers, null
 
 
+def token_predictions(data, outputs, finetune_config):
+    """Per sentence: its words, one tag per word (from the logits at the word's first piece in the window
+    where it has the most context), that tag's probability, and the entity spans of the tags (seqeval's
+    chunks: type, first word, end word exclusive, and the words' text joined by spaces)."""
+    from xlnet_tf.data import token_classification as tc
+
+    names = finetune_config["label_names"]
+    rows = []
+    for example, logits in zip(data.examples, tc.word_values(data.features, outputs["logits"])):
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        ids = logits.argmax(-1)
+        tags = [names[i] for i in ids]
+        entities = [{"type": t, "start": s, "end": e, "text": " ".join(example.words[s:e])}
+                    for t, s, e in tc.entity_spans(example.words, tags)]
+        rows.append({"words": example.words, "tags": tags,
+                     "scores": [float(p[i]) for p, i in zip(probs, ids)], "entities": entities})
+    return rows
+
+
 def _predictions(task, data, outputs, finetune_config):
     """Per-example predictions (list of dicts) and, for SQuAD, the answer / null-odds maps."""
+    if task == "token-classification":
+        return token_predictions(data, outputs, finetune_config), None, None
     if task == "squad":
         answers, null = squad_predictions(data, outputs)
         return [{"id": q, "answer": a, "null_odds": null[q]} for q, a in answers.items()], answers, null
@@ -428,13 +496,18 @@ def _predictions(task, data, outputs, finetune_config):
     return [{"label": names[i], "label_id": int(i), "probabilities": p.tolist()} for i, p in zip(ids, probs)], None, None
 
 
-def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None):
-    """(TaskData, model outputs) for a file, built as the fine-tuned model's config says."""
+def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None, labeled=True):
+    """(TaskData, model outputs) for a file, built as the fine-tuned model's config says (`labeled=False`:
+    a prediction input, for token classification its words only)."""
     doc_len = config_doc_len(finetune_config)
-    data = load_task_data(finetune_config["task"], path, tokenizer, finetune_config["max_seq_len"],
+    task = finetune_config["task"]
+    default_stride = token_doc_stride(finetune_config["max_seq_len"]) if task == "token-classification" else 128
+    data = load_task_data(task, path, tokenizer, finetune_config["max_seq_len"],
                           label_list=finetune_config.get("label_names"),
-                          doc_stride=finetune_config.get("doc_stride", 128),
-                          max_query_len=finetune_config.get("max_query_len", 64), max_doc_len=doc_len)
+                          doc_stride=finetune_config.get("doc_stride", default_stride),
+                          max_query_len=finetune_config.get("max_query_len", 64), max_doc_len=doc_len,
+                          tag_column=finetune_config.get("tag_column", -1),
+                          label_all_pieces=finetune_config.get("label_all_pieces", False), labeled=labeled)
     boundaries = finetune_config.get("bucket_boundaries")
     if boundaries is not None and boundaries[-1] != data.features["input_ids"].shape[-1]:  # buckets end at the rows
         boundaries = None
@@ -453,6 +526,9 @@ def evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size=32, 
         results = metrics.regression_metrics(data.features["label_ids"], outputs["predictions"])
     elif task == "race":
         results = metrics.race_accuracy(data.features["label_ids"], outputs["logits"].argmax(-1))
+    elif task == "token-classification":
+        predicted = [row["tags"] for row in token_predictions(data, outputs, finetune_config)]
+        results = metrics.token_classification_metrics([example.tags for example in data.examples], predicted)
     else:
         results = metrics.classification_metrics(data.features["label_ids"], outputs["logits"].argmax(-1))
     results["examples"] = len(data.examples)
@@ -487,7 +563,7 @@ def predict(model_dir, input_file, output_file, batch_size=32, strategy=None):
     `run_model`."""
     model, finetune_config, tokenizer = load_for_inference(model_dir, strategy)
     task = finetune_config["task"]
-    data, outputs = _infer(model, finetune_config, input_file, tokenizer, batch_size, strategy)
+    data, outputs = _infer(model, finetune_config, input_file, tokenizer, batch_size, strategy, labeled=False)
     rows, answers, null = _predictions(task, data, outputs, finetune_config)
     if task == "squad":
         files.write_text(output_file, json.dumps(answers, ensure_ascii=False, indent=1))

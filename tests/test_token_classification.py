@@ -1,0 +1,227 @@
+"""Token classification end to end: the head equals transformers' XLNetForTokenClassification (golden outputs),
+its loss skips unscored positions, and `xlnet-tf finetune / evaluate / predict --task token-classification`
+learn a tagging task made in the test, with sentences longer than one window."""
+
+import json
+import os
+
+import numpy as np
+import pydoc_data.topics
+import pytest
+
+from xlnet_tf.cli import main
+from xlnet_tf.errors import UserError
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "transformers")
+ENCODER = ("input_ids", "segment_ids", "padding_mask")
+PEOPLE = ["Alice", "Bob Marley", "Carol Smith", "Dmitri Ivanov", "Eve", "Frank Lloyd Wright", "Grace Hopper"]
+PLACES = ["Paris", "New York", "Rio de Janeiro", "Tokyo", "Berlin", "Buenos Aires", "Cairo"]
+
+
+def check(name, value, bound, ok):
+    print(f"{name}: {value} (bound {bound})")
+    assert ok, name
+
+
+def test_head_matches_transformers(tmp_path):
+    import tensorflow as tf
+
+    from xlnet_tf.heads import load_finetuned, token_classification_loss
+
+    head = next(case for case in json.load(open(os.path.join(FIXTURES, "cases.json")))["heads"]
+                if case["head"] == "token_classification")
+    out = str(tmp_path / "converted")
+    assert main(["convert", "huggingface", os.path.join(FIXTURES, head["dir"]), out, "--max-seq-len", "12"]) == 0
+    model, finetune_config = load_finetuned(out, dropout=0.0, dropatt=0.0)
+    names = finetune_config["label_names"]
+    check("converted task / labels", (finetune_config["task"], names),
+          "token-classification, id2label in id order",
+          finetune_config["task"] == "token-classification" and names == ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"])
+    data = dict(np.load(os.path.join(FIXTURES, head["file"])))
+    logits = model({k: data[k] for k in ENCODER}, training=False)["logits"].numpy()
+    real = data["padding_mask"] > 0
+    diff = float(np.abs(logits - data["logits"])[real].max())
+    check("logits at real positions (3 rows, lengths 12/8/4), max |diff| vs transformers", f"{diff:.2e}", "<= 1e-4",
+          diff <= 1e-4)
+    total, count = token_classification_loss({"logits": tf.constant(logits)}, {"label_ids": data["labels"]})
+    loss_diff = abs(float(total / count) - float(data["loss"]))
+    check(f"loss over the {int(count)} scored positions vs transformers' CrossEntropyLoss(ignore_index=-100)",
+          f"{loss_diff:.2e}", "<= 1e-5", loss_diff <= 1e-5 and int(count) == int((data["labels"] >= 0).sum()))
+
+
+def test_loss_skips_positions_that_are_not_scored():
+    import tensorflow as tf
+
+    from xlnet_tf.heads import token_classification_loss
+
+    rng = np.random.default_rng(0)
+    logits = tf.Variable(rng.normal(0, 2, (3, 7, 4)).astype(np.float32))
+    labels = rng.integers(0, 4, (3, 7)).astype(np.int32)
+    labels[rng.random((3, 7)) < 0.4] = -100
+    with tf.GradientTape() as tape:
+        total, count = token_classification_loss({"logits": logits}, {"label_ids": labels})
+    gradient = tape.gradient(total, logits).numpy()
+    scored = labels >= 0
+    z = logits.numpy()
+    log_probs = z - z.max(-1, keepdims=True) - np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True))
+    manual = -sum(log_probs[b, t, labels[b, t]] for b, t in zip(*np.nonzero(scored)))
+    check("summed loss vs numpy", f"{abs(float(total) - manual):.2e}", "<= 1e-4", abs(float(total) - manual) <= 1e-4)
+    check("count = scored positions", int(count), int(scored.sum()), int(count) == int(scored.sum()))
+    leaked = float(np.abs(gradient[~scored]).max())
+    check("gradient at unscored positions", leaked, "== 0", leaked == 0.0)
+
+
+# -- a tagging task: people and places inside documentation sentences --------------------------------------
+
+
+def tagged_sentences(count, seed, long_every=0):
+    """Sentences of CPython documentation words (lower-case) with 1-2 names of people (PER) and places (LOC)
+    inserted, BIO tags; every `long_every`-th sentence has 40-60 words (more than one 32-piece window)."""
+    rng = np.random.default_rng(seed)
+    words = [w for text in pydoc_data.topics.topics.values() for w in text.split() if w.isalpha() and w.islower()]
+    out = []
+    for k in range(count):
+        n = int(rng.integers(40, 61)) if long_every and k % long_every == 0 else int(rng.integers(4, 12))
+        start = int(rng.integers(0, len(words) - n))
+        sentence = [(w, "O") for w in words[start:start + n]]
+        for _ in range(int(rng.integers(1, 3 if n < 40 else 5))):
+            kind, names = ("PER", PEOPLE) if rng.random() < 0.5 else ("LOC", PLACES)
+            name = names[int(rng.integers(len(names)))].split()
+            at = int(rng.integers(0, len(sentence) + 1))
+            if at < len(sentence) and sentence[at][1].startswith("I-"):
+                continue  # never inside another name
+            sentence[at:at] = [(w, ("B-" if i == 0 else "I-") + kind) for i, w in enumerate(name)]
+        out.append(sentence)
+    return out
+
+
+def write_conll(path, sentences, columns=("word", "pos", "tag"), tags=True):
+    lines = ["-DOCSTART- -X- O", ""]
+    for sentence in sentences:
+        for word, tag in sentence:
+            fields = {"word": word, "pos": "NN" if word[0].isupper() else "XX", "tag": tag}
+            lines.append(" ".join(fields[c] for c in (columns if tags else ("word",))))
+        lines.append("")
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tagging(tmp_path_factory):
+    """The task's files and a SentencePiece model trained on documentation text and the names."""
+    root = tmp_path_factory.mktemp("tagging")
+    lines = [line.strip() for _, text in sorted(pydoc_data.topics.topics.items())
+             for line in text.splitlines() if line.strip()][:1500]
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n".join(lines + [" ".join(PEOPLE + PLACES)] * 5) + "\n", encoding="utf-8")
+    assert main(["train-spm", "--input", str(corpus), "--model-prefix", str(root / "spm"), "--vocab-size", "600"]) == 0
+    train = write_conll(root / "train.conll", tagged_sentences(400, 1, long_every=10))
+    dev_sentences = tagged_sentences(80, 2, long_every=8)
+    dev = write_conll(root / "dev.conll", dev_sentences)
+    return root, train, dev, dev_sentences
+
+
+def test_finetune_evaluate_and_predict(tagging):
+    from xlnet_tf.data import token_classification as tc
+    from xlnet_tf.metrics import token_classification_metrics
+    from xlnet_tf.training.finetune import _infer, load_for_inference, run_model
+
+    root, train, dev, dev_sentences = tagging
+    model_dir = root / "ner"
+    assert main(["finetune", "--task", "token-classification", "--train-file", str(train), "--eval-file", str(dev),
+                 "--spm-model", str(root / "spm.model"), "--model-size", "tiny", "--model-dir", str(model_dir),
+                 "--max-seq-len", "32", "--train-steps", "300", "--batch-size", "16", "--learning-rate", "2e-3",
+                 "--warmup-steps", "20", "--strategy", "one_device", "--steps-per-loop", "50"]) == 0
+    config = json.loads((model_dir / "finetune_config.json").read_text())
+    results = json.loads((model_dir / "eval_results.json").read_text())
+    check("label names", config["label_names"], "O first, then sorted",
+          config["label_names"] == ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"])
+    check("doc_stride recorded", config["doc_stride"], "(32 - 2) // 2 = 15", config["doc_stride"] == 15)
+    log = [json.loads(line) for line in open(model_dir / "train_log.jsonl")]
+    print(f"loss {log[0]['loss']:.3f} -> {log[-1]['loss']:.3f}")
+    check("entity F1 on the dev file (people / places inside 80 sentences, 10 longer than a window)",
+          f"{results['f1']:.3f} (precision {results['precision']:.3f}, recall {results['recall']:.3f}, word "
+          f"accuracy {results['accuracy']:.3f}, {results['true_entities']} entities)", ">= 0.85",
+          results["f1"] >= 0.85)
+    check("per-type F1", {t: round(v["f1"], 3) for t, v in results["per_type"].items()}, "PER and LOC >= 0.7",
+          set(results["per_type"]) == {"LOC", "PER"} and all(v["f1"] >= 0.7 for v in results["per_type"].values()))
+
+    # evaluate on the saved directory gives the run's own figures
+    assert main(["evaluate", "--model-dir", str(model_dir), "--eval-file", str(dev)]) == 0
+    again = json.loads((model_dir / "eval_results.json").read_text())
+    check("evaluate F1 = the run's", again["f1"], results["f1"], again["f1"] == results["f1"])
+
+    # predict from words alone (a one-column CoNLL file): every word tagged, entities = the tags' chunks
+    words_only = write_conll(root / "words.conll", dev_sentences, tags=False)
+    output = root / "predictions.jsonl"
+    assert main(["predict", "--model-dir", str(model_dir), "--input", str(words_only), "--output", str(output)]) == 0
+    rows = [json.loads(line) for line in open(output, encoding="utf-8")]
+    same_words = [row["words"] for row in rows] == [[w for w, _ in s] for s in dev_sentences]
+    check("predicted sentences / words", f"{len(rows)} sentences", "80, the input's words in order",
+          len(rows) == 80 and same_words and all(len(r["tags"]) == len(r["words"]) == len(r["scores"]) for r in rows))
+    spans_match = all([(e["type"], e["start"], e["end"]) for e in row["entities"]]
+                      == tc.entity_spans(row["words"], row["tags"]) for row in rows)
+    texts_match = all(e["text"] == " ".join(row["words"][e["start"]:e["end"]]) for row in rows
+                      for e in row["entities"])
+    check("entities are the tags' chunks, with their text", spans_match and texts_match, True,
+          spans_match and texts_match)
+    recomputed = token_classification_metrics([[t for _, t in s] for s in dev_sentences], [r["tags"] for r in rows])
+    check("F1 recomputed from predict's tags", recomputed["f1"], f"= evaluate's {results['f1']}",
+          recomputed["f1"] == results["f1"])
+    found = {e["text"] for row in rows for e in row["entities"]}
+    print(f"entities predicted: {sorted(found)[:12]} ...")
+
+    # rows batched by length buckets equal rows padded to max_seq_len (left-padded logits put back in place)
+    model, finetune_config, tokenizer = load_for_inference(str(model_dir))
+    data, bucketed = _infer(model, finetune_config, str(dev), tokenizer, batch_size=8)
+    full = run_model(model, "token-classification", data.features, 8, boundaries=(32,))
+    a, b = tc.word_values(data.features, bucketed["logits"]), tc.word_values(data.features, full["logits"])
+    diff = max(float(np.abs(x - y).max()) for x, y in zip(a, b))
+    check(f"word logits, length buckets {finetune_config['bucket_boundaries']} vs one width ({data.report['windows']} windows, "
+          f"{data.report['multi_window_examples']} sentences in several)", f"{diff:.2e}", "<= 1e-5", diff <= 1e-5)
+    check("sentences in several windows", data.report["multi_window_examples"], ">= 10",
+          data.report["multi_window_examples"] >= 10)
+
+
+def test_jsonl_label_all_pieces_and_bad_input(tagging, tmp_path, capsys):
+    root, _, _, _ = tagging
+    sentences = tagged_sentences(60, 3)
+    jsonl = tmp_path / "train.jsonl"
+    jsonl.write_text("".join(json.dumps({"tokens": [w for w, _ in s], "tags": [t for _, t in s]}) + "\n"
+                             for s in sentences), encoding="utf-8")
+    model_dir = tmp_path / "all-pieces"
+    args = ["finetune", "--task", "token-classification", "--train-file", str(jsonl), "--spm-model",
+            str(root / "spm.model"), "--model-size", "tiny", "--model-dir", str(model_dir), "--max-seq-len", "24",
+            "--train-steps", "4", "--batch-size", "8", "--strategy", "one_device"]
+    assert main(args + ["--label-all-pieces", "--doc-stride", "5"]) == 0
+    config = json.loads((model_dir / "finetune_config.json").read_text())
+    check("recorded label_all_pieces / doc_stride", (config["label_all_pieces"], config["doc_stride"]), "(True, 5)",
+          config["label_all_pieces"] is True and config["doc_stride"] == 5)
+    log = [json.loads(line) for line in open(model_dir / "train_log.jsonl")]
+    check("JSONL run: finite losses", [round(r["loss"], 3) for r in log], "finite",
+          len(log) > 0 and all(np.isfinite(r["loss"]) for r in log))
+
+    # a tag the model does not know, named with its file and line
+    bad = tmp_path / "bad.conll"
+    bad.write_text("Paris B-LOC\nis O\n\nTokyo B-CITY\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["evaluate", "--model-dir", str(model_dir), "--eval-file", str(bad)]) == 2
+    err = capsys.readouterr().err
+    check("unknown tag: message", err.strip().splitlines()[-1], f"names {bad}:4 and 'B-CITY'",
+          f"{bad}:4" in err and "B-CITY" in err)
+    for extra, text in ((["--tag-column", "1"], "--tag-column"), (["--long-doc", "memory", "--max-doc-len", "64"],
+                                                                  "--long-doc memory")):
+        flags = ["--task", "classification"] if extra[0] == "--tag-column" else []
+        capsys.readouterr()
+        code = main(args + extra + flags)
+        err = capsys.readouterr().err
+        check(f"{' '.join(extra + flags)}: exit code and message", (code, err.strip().splitlines()[-1]),
+              f"2, naming {text}", code == 2 and text in err)
+    capsys.readouterr()
+    code = main(["export", "--model-dir", str(model_dir), "--export-base", str(tmp_path / "exports" / "ner")])
+    err = capsys.readouterr().err
+    check("export of the signatures: refused, saying what works", (code, err.strip().splitlines()[-1]),
+          "2, naming predict --model-dir", code == 2 and "predict --model-dir" in err)
+    with pytest.raises(UserError):
+        from xlnet_tf.data.token_classification import read_token_examples
+        read_token_examples(bad, tag_column=3)
