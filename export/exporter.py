@@ -66,6 +66,19 @@ Signatures (B = batch, L = max_seq_len, T = the request's width: its longest row
   came from, -1 when none).
 * race: ``serving_default(article, question, options [B, C])`` -> ``logits`` / ``probabilities`` float32
   [B, C], ``answer_index`` int64 [B].
+* token-classification: ``serving_default(text)`` splits each text into words in the graph (runs of
+  characters that are neither whitespace nor punctuation, and each punctuation character alone:
+  ``xlnet_tf.data.graph_words.split_words``), tokenizes each word alone and cuts windows of whole words as
+  training did (``graph_features.token_windows``) -> ``words`` string [B, W] (W: the request's most words;
+  padded with ""), ``word_start`` / ``word_end`` int64 [B, W] (UTF-8 BYTE offsets into the text, end
+  exclusive; -1 padding), ``tags`` string [B, W], ``tag_id`` int64 [B, W], ``scores`` float32 [B, W] (the
+  tag's probability), ``num_words`` int64 [B]; the entities (seqeval's chunks of the tags):
+  ``entity_text`` / ``entity_type`` string [B, E], ``entity_start`` / ``entity_end`` int64 [B, E] (byte
+  offsets: ``entity_text == text[entity_start:entity_end]`` in bytes), ``num_entities`` int64 [B].
+  ``words(words string [B, W])`` takes pre-split words (empty strings are padding, anywhere in a row) ->
+  ``tags`` / ``tag_id`` / ``scores`` [B, W] at the input's columns, ``num_words``, and the entities with
+  ``entity_start`` / ``entity_end`` as column indices (end exclusive) and ``entity_text`` the words joined by
+  spaces. ``predict_ids`` -> ``logits`` float32 [B, T, C].
 * every export: ``encode`` (the serving text inputs, single-sentence layout for squad / race) ->
   ``sequence_output`` float32 [B, T, d_model], ``pooled_output`` float32 [B, d_model] (the ``<cls>`` state,
   the last position), ``padding_mask`` / ``input_ids`` / ``segment_ids`` int32 [B, T]; ``tokenize(text)``
@@ -148,6 +161,8 @@ def _warmup_inputs(task, finetune_config):
             return [{"text_a": [t], "text_b": [u]} for t, u in zip(texts, texts[::-1])] + [
                 {"text_a": texts, "text_b": texts[::-1]}]
         return [{"text": [t]} for t in texts] + [{"text": texts}]
+    if task == "token-classification":
+        return [{"text": [t]} for t in texts] + [{"text": texts + ["", "Paris, New York and Rio de Janeiro."]}]
     if task == "squad":
         question = "What is XLNet?"
         return [{"question": [question], "context": [texts[0]]},
@@ -263,10 +278,6 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
     version = _resolve_version(export_base, version)
     _check_free(export_base, version)
     task = finetune_config["task"]
-    if task == "token-classification" and not reusable:
-        raise UserError(f"{model_dir}: exporting a token-classification model's serving signatures is not built yet "
-                        "(xlnet-tf predict --model-dir predicts CoNLL / JSONL files; export --reusable writes its "
-                        "encoder)")
     length = int(max_seq_len or finetune_config.get("max_seq_len") or 0)
     if finetune_config.get("long_doc") == "memory" and length != finetune_config["max_seq_len"] and not reusable:
         raise UserError(f"--max-seq-len of a long-document model is its segment length, "

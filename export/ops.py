@@ -36,8 +36,9 @@ CORE_OPS = frozenset({
     "Const", "Identity", "IdentityN", "NoOp", "Placeholder", "PartitionedCall", "StatefulPartitionedCall", "If",
     "Assert", "EnsureShape", "StopGradient", "SaveV2", "RestoreV2", "MergeV2Checkpoints", "ShardedFilename",
     "StringJoin", "StaticRegexFullMatch", "Select", "SelectV2",
-    # control flow: the segment loop of long-document models (tf.while_loop carrying the memory)
-    "While",
+    # control flow: the segment loop of long-document models (tf.while_loop carrying the memory); the window
+    # loop of token classification (a while loop without stateful ops is a StatelessWhile, core as While)
+    "While", "StatelessWhile",
     # variables
     "VarHandleOp", "ReadVariableOp", "AssignVariableOp", "DisableCopyOnRead",
     # shapes, layout, indexing

@@ -332,12 +332,115 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
         def predict_ids(input_ids, segment_ids, padding_mask):
             _check_width([input_ids, segment_ids, padding_mask], g.width, doc_len and length)
             return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask})
+    elif task == "token-classification":
+        token_signatures(g, finetune_config, signatures)
     else:
         raise ValueError(f"unknown task {task!r}")
 
-    signatures["serving_default"] = serving_default.get_concrete_function()
-    signatures["predict_ids"] = predict_ids.get_concrete_function()
+    if task != "token-classification":
+        signatures["serving_default"] = serving_default.get_concrete_function()
+        signatures["predict_ids"] = predict_ids.get_concrete_function()
     return root, signatures
+
+
+def _dense(rt, pad_value):
+    """Ragged ``[B, None]`` -> dense ``[B, longest row]`` padded with ``pad_value`` (core ops only)."""
+    return gf.pad_rows(rt, tf.reduce_max(tf.concat([rt.row_lengths(), [0]], 0)), pad_value)
+
+
+def _tagged_words(g, words, doc_stride):
+    """Words ragged string ``[B, None]`` -> their tags: ragged ``[B, None]`` ``tag_id`` int64 and ``score``
+    (the tag's probability), each word predicted from the window where it has the most context."""
+    with tf.device("/cpu:0"):
+        word_ids = tf.RaggedTensor.from_row_splits(g.token_ids(words.values), words.row_splits, validate=False)
+        windows = gf.token_windows(word_ids, g.length, doc_stride, pad_to_multiple=PAD_MULTIPLE,
+                                   unk_id=g.tokenizer.unk_id)
+    logits = g.head({k: windows[k] for k in ("input_ids", "segment_ids", "padding_mask")})["logits"]
+    with tf.device("/cpu:0"):
+        word_logits = gf.word_outputs(logits, windows, words.row_lengths())
+        probabilities = tf.nn.softmax(word_logits.values, -1)
+        tag_id = tf.argmax(word_logits.values, -1)  # first maximum, as numpy's argmax
+        score = tf.reduce_max(probabilities, -1)
+        return words.with_flat_values(tag_id), words.with_flat_values(score)
+
+
+def token_signatures(g, finetune_config, signatures):
+    """Token classification: ``serving_default`` on raw text and ``words`` on pre-split words, both returning
+    every word's tag and score and the entity spans (seqeval's chunks of the tags); ``predict_ids``."""
+    from xlnet_tf.data import graph_words
+
+    names = [str(n) for n in finetune_config["label_names"]]
+    doc_stride = int(finetune_config.get("doc_stride") or max((g.length - 2) // 2, 1))
+    label_names = tf.constant(names)
+
+    def entities(tag_id, word_first, word_last):
+        """Entity chunks of ``tag_id`` ragged ``[B, None]``: type strings, and ``word_first`` / ``word_last``
+        (per word values, e.g. byte offsets) of the first and last word, ragged ``[B, E]``."""
+        chunks = graph_words.chunk_entities(tag_id, names)
+        row = chunks["start"].value_rowids()
+        first = tf.gather(tag_id.row_starts(), row)
+        return (chunks["start"].with_flat_values(tf.gather(tf.constant(chunks["types"] or [""]),
+                                                           chunks["type_id"].values)),
+                chunks["start"].with_flat_values(tf.gather(word_first, first + chunks["start"].values)),
+                chunks["start"].with_flat_values(tf.gather(word_last, first + chunks["end"].values - 1)),
+                chunks)
+
+    @_fn([_text_spec("text")])
+    def serving_default(text):
+        with tf.device("/cpu:0"):
+            words, starts, ends = graph_words.split_words(text)
+        tag_id, score = _tagged_words(g, words, doc_stride)
+        with tf.device("/cpu:0"):
+            types, first, last, chunks = entities(tag_id, starts.values, ends.values)
+            source = tf.gather(text, first.value_rowids())
+            entity_text = first.with_flat_values(tf.strings.substr(source, first.values, last.values - first.values))
+            return {
+                "words": _dense(words, ""), "word_start": _dense(starts, -1), "word_end": _dense(ends, -1),
+                "tags": _dense(tag_id.with_flat_values(tf.gather(label_names, tag_id.values)), ""),
+                "tag_id": _dense(tag_id, -1), "scores": _dense(score, 0.0), "num_words": words.row_lengths(),
+                "entity_text": _dense(entity_text, ""), "entity_type": _dense(types, ""),
+                "entity_start": _dense(first, -1), "entity_end": _dense(last, -1),
+                "num_entities": types.row_lengths(),
+            }
+
+    @_fn([tf.TensorSpec([None, None], tf.string, name="words")])
+    def words_signature(words):
+        with tf.device("/cpu:0"):
+            given = tf.not_equal(words, "")  # empty strings are padding
+            columns = tf.ragged.boolean_mask(
+                tf.broadcast_to(tf.range(tf.shape(words, out_type=tf.int64)[1])[None], tf.shape(words, tf.int64)),
+                given)
+            kept = tf.ragged.boolean_mask(words, given)
+        tag_id, score = _tagged_words(g, kept, doc_stride)
+        with tf.device("/cpu:0"):
+            types, first, last, chunks = entities(tag_id, columns.values, columns.values + 1)
+            row = first.value_rowids()
+            word_rows = tf.ragged.range(tf.gather(tag_id.row_starts(), row) + chunks["start"].values,
+                                        tf.gather(tag_id.row_starts(), row) + chunks["end"].values)
+            joined = tf.strings.unsorted_segment_join(tf.gather(kept.values, word_rows.values),
+                                                      word_rows.value_rowids(), tf.size(row), separator=" ")
+            shape = tf.shape(words, out_type=tf.int64)
+            at = tf.stack([columns.value_rowids(), columns.values], 1)
+
+            def by_column(values, pad_value):
+                return tf.tensor_scatter_nd_update(tf.fill(shape, tf.constant(pad_value, values.dtype)), at, values)
+
+            return {
+                "tags": by_column(tf.gather(label_names, tag_id.values), ""), "tag_id": by_column(tag_id.values, -1),
+                "scores": by_column(score.values, 0.0), "num_words": kept.row_lengths(),
+                "entity_text": _dense(first.with_flat_values(joined), ""), "entity_type": _dense(types, ""),
+                "entity_start": _dense(first, -1), "entity_end": _dense(last, -1),
+                "num_entities": types.row_lengths(),
+            }
+
+    @_fn(_ids_spec(("input_ids", "segment_ids", "padding_mask")))
+    def predict_ids(input_ids, segment_ids, padding_mask):
+        _check_width([input_ids, segment_ids, padding_mask], g.length)
+        return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask})
+
+    signatures["serving_default"] = serving_default.get_concrete_function()
+    signatures["words"] = words_signature.get_concrete_function()
+    signatures["predict_ids"] = predict_ids.get_concrete_function()
 
 
 # ----------------------------------------------------------------------------------------------------

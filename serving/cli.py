@@ -392,7 +392,7 @@ def add_query_arguments(parser):
     parser.add_argument("--api", default="predict", choices=("predict", "classify", "regress"),
                         help="predict: Predict on raw text; classify / regress: TensorFlow Serving's Classify / "
                              "Regress on tf.Examples holding the text (features text, or text_a and text_b)")
-    parser.add_argument("--text", action="append", help="text to classify (repeat for a batch)")
+    parser.add_argument("--text", action="append", help="text to classify or tag (repeat for a batch)")
     parser.add_argument("--text-b", action="append", help="second text of a pair (one per --text)")
     parser.add_argument("--question", action="append", help="question (repeat; one --context each)")
     parser.add_argument("--context", action="append", help="context paragraph of the question")
@@ -426,6 +426,12 @@ def _format_answer(index, question, row):
     span = f" chars {row['start']}-{row['end']}" if "start" in row else ""
     extra = "".join(f" {k}={row[k]:.3f}" for k in ("score", "no_answer_probability") if k in row)
     return f"[{index}] {question!r}: {row['answer']!r}{span}{extra}"
+
+
+def _format_entities(index, text, row):
+    tagged = " ".join(f"{w}/{t}" for w, t in zip(row["words"], row["tags"]))
+    found = "; ".join(f"{e['type']} {e['text']!r} (bytes {e['start']}-{e['end']})" for e in row["entities"])
+    return f"[{index}] {text!r}: {found or 'no entities'}\n    {tagged}"
 
 
 def _print_metadata(client, args, out):
@@ -481,11 +487,18 @@ def query_main(args, out=None):
             rows = client.answer(args.question, args.context, signature_name=args.signature or "serving_default")
             lines = [_format_answer(i, q, r) for i, (q, r) in enumerate(zip(args.question, rows))]
         else:
+            outputs = client.signature_outputs(args.signature or "serving_default") if args.api == "predict" else ()
             if args.api == "regress":
                 rows = client.regress(args.text, args.text_b, signature_name=args.signature)
+            elif "entity_type" in outputs:  # a token-classification export
+                if args.text_b:
+                    raise UserError("a token-classification model takes --text only")
+                rows = client.tag(args.text, signature_name=args.signature)
+                lines = [_format_entities(i, t, r) for i, (t, r) in enumerate(zip(args.text, rows))]
             else:
                 rows = client.classify(args.text, args.text_b, signature_name=args.signature, api=args.api)
-            lines = [_format_classification(i, t, r) for i, (t, r) in enumerate(zip(args.text, rows))]
+            if "entity_type" not in outputs:
+                lines = [_format_classification(i, t, r) for i, (t, r) in enumerate(zip(args.text, rows))]
     except ServingError as error:
         print(f"xlnet-tf query: error: {error}", file=sys.stderr)
         return 1

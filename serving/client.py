@@ -226,6 +226,11 @@ class Client:
                                f"(signatures: {', '.join(sorted(signatures))})")
         return set(signatures[signature_name]["inputs"])
 
+    def signature_outputs(self, signature_name="serving_default"):
+        """The output aliases of a signature (from GetModelMetadata, read once)."""
+        self._signature_inputs(signature_name)
+        return set(self._signatures[signature_name]["outputs"])
+
     # -- task helpers ---------------------------------------------------------------------------------
 
     def classify(self, texts, text_b=None, signature_name=None, api="predict"):
@@ -328,6 +333,44 @@ class Client:
                                     ("no_answer_probability", "no_answer_probability", float)):
                 if name in outputs:
                     row[key] = cast(outputs[name][i])
+            results.append(row)
+        return results
+
+    def tag(self, texts=None, words=None, signature_name=None):
+        """Token classification (an xlnet-tf token-classification export) -> one dict per text: {"words",
+        "tags", "scores" (each tag's probability), "entities": [{"text", "type", "start", "end"}]}.
+
+        texts: raw strings (signature default "serving_default"): words are split in the server, "word_start"
+        / "word_end" and the entities' start / end are UTF-8 byte offsets into the text (end exclusive).
+        words: lists of pre-split words (signature default "words"; sent padded with ""): the entities' start
+        / end are word indices (end exclusive).
+        """
+        if (texts is None) == (words is None):
+            raise ValueError("give texts or words")
+        if texts is not None:
+            texts = _strings(texts, "texts")
+            outputs = self.predict({"text": texts}, signature_name or "serving_default")
+            count = len(texts)
+        else:
+            words = [_strings(row, f"words[{i}]") for i, row in enumerate(words)]
+            if any(w == "" for row in words for w in row):
+                raise ValueError("words must not be empty strings (the words signature reads them as padding)")
+            width = max([len(row) for row in words] + [0])
+            padded = np.array([row + [""] * (width - len(row)) for row in words], dtype=object).reshape(-1, width)
+            outputs = self.predict({"words": padded}, signature_name or "words")
+            count = len(words)
+        results = []
+        for i in range(count):
+            n = int(outputs["num_words"][i])
+            row = {"words": [_text(w) for w in outputs["words"][i][:n]] if texts is not None else words[i],
+                   "tags": [_text(t) for t in outputs["tags"][i][:n]],
+                   "scores": [float(p) for p in outputs["scores"][i][:n]]}
+            if texts is not None:
+                row["word_start"] = [int(v) for v in outputs["word_start"][i][:n]]
+                row["word_end"] = [int(v) for v in outputs["word_end"][i][:n]]
+            row["entities"] = [{"text": _text(outputs["entity_text"][i][k]), "type": _text(outputs["entity_type"][i][k]),
+                                "start": int(outputs["entity_start"][i][k]), "end": int(outputs["entity_end"][i][k])}
+                               for k in range(int(outputs["num_entities"][i]))]
             results.append(row)
         return results
 

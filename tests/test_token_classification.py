@@ -121,17 +121,25 @@ def tagging(tmp_path_factory):
     return root, train, dev, dev_sentences
 
 
-def test_finetune_evaluate_and_predict(tagging):
-    from xlnet_tf.data import token_classification as tc
-    from xlnet_tf.metrics import token_classification_metrics
-    from xlnet_tf.training.finetune import _infer, load_for_inference, run_model
-
+@pytest.fixture(scope="module")
+def ner(tagging):
+    """A tiny model fine-tuned from scratch on the task by `xlnet-tf finetune` -> its directory."""
     root, train, dev, dev_sentences = tagging
     model_dir = root / "ner"
     assert main(["finetune", "--task", "token-classification", "--train-file", str(train), "--eval-file", str(dev),
                  "--spm-model", str(root / "spm.model"), "--model-size", "tiny", "--model-dir", str(model_dir),
                  "--max-seq-len", "32", "--train-steps", "300", "--batch-size", "16", "--learning-rate", "2e-3",
                  "--warmup-steps", "20", "--strategy", "one_device", "--steps-per-loop", "50"]) == 0
+    return model_dir
+
+
+def test_finetune_evaluate_and_predict(tagging, ner):
+    from xlnet_tf.data import token_classification as tc
+    from xlnet_tf.metrics import token_classification_metrics
+    from xlnet_tf.training.finetune import _infer, load_for_inference, run_model
+
+    root, train, dev, dev_sentences = tagging
+    model_dir = ner
     config = json.loads((model_dir / "finetune_config.json").read_text())
     results = json.loads((model_dir / "eval_results.json").read_text())
     check("label names", config["label_names"], "O first, then sorted",
@@ -217,11 +225,97 @@ def test_jsonl_label_all_pieces_and_bad_input(tagging, tmp_path, capsys):
         err = capsys.readouterr().err
         check(f"{' '.join(extra + flags)}: exit code and message", (code, err.strip().splitlines()[-1]),
               f"2, naming {text}", code == 2 and text in err)
-    capsys.readouterr()
-    code = main(["export", "--model-dir", str(model_dir), "--export-base", str(tmp_path / "exports" / "ner")])
-    err = capsys.readouterr().err
-    check("export of the signatures: refused, saying what works", (code, err.strip().splitlines()[-1]),
-          "2, naming predict --model-dir", code == 2 and "predict --model-dir" in err)
     with pytest.raises(UserError):
         from xlnet_tf.data.token_classification import read_token_examples
         read_token_examples(bad, tag_column=3)
+
+
+def _session_outputs(path, signature_name, name, values):
+    """A signature through a TF1 Session, as TensorFlow Serving runs it -> {alias: array}."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    graph = tf.Graph()
+    with tf.compat.v1.Session(graph=graph) as session:
+        meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
+        signature = meta.signature_def[signature_name]
+        aliases = sorted(signature.outputs)
+        got = session.run([signature.outputs[a].name for a in aliases], {signature.inputs[name].name: values})
+    return dict(zip(aliases, got))
+
+
+def _decoded(array):
+    return [[v.decode() if isinstance(v, bytes) else v for v in row] for row in array]
+
+
+def test_export_serves_tags_and_entities(tagging, ner, tmp_path, capsys):
+    """The export's `words` signature (pre-split words) and `serving_default` (raw text, words split in the
+    graph) give `xlnet-tf predict`'s tags and scores, with the entities' word spans and byte offsets; served by
+    `xlnet-tf serve`, `xlnet-tf query` prints the entities."""
+    from xlnet_tf.export import ops
+    from xlnet_tf.export.exporter import export_model
+    from xlnet_tf.serving import Client, serve
+    from xlnet_tf.training.finetune import predict
+
+    root, _, _, dev_sentences = tagging
+    words = [[w for w, _ in s] for s in dev_sentences]
+    words_file = write_conll(tmp_path / "words.conll", dev_sentences, tags=False)
+    predict(str(ner), str(words_file), str(tmp_path / "predicted.jsonl"))
+    predicted = [json.loads(line) for line in open(tmp_path / "predicted.jsonl", encoding="utf-8")]
+    path = export_model(str(ner), str(tmp_path / "exports" / "ner"))
+    bad = ops.disallowed_ops(path)
+    check("ops outside TensorFlow Serving's allowlist", sorted(bad), "none", not bad)
+
+    width = max(len(row) for row in words)
+    padded = np.array([row + [""] * (width - len(row)) for row in words], object)
+    out = _session_outputs(path, "words", "words", padded)
+    tags = [row[:len(w)] for row, w in zip(_decoded(out["tags"]), words)]
+    check("`words` signature (TF1 Session, 80 sentences padded with \"\"): tags = predict's", tags == [
+        r["tags"] for r in predicted], True, tags == [r["tags"] for r in predicted])
+    diff = max(float(np.abs(np.asarray(row[:len(w)]) - r["scores"]).max()) for row, w, r in
+               zip(out["scores"], words, predicted))
+    check("`words` signature: scores vs predict's, max |diff|", f"{diff:.2e}", "<= 1e-5", diff <= 1e-5)
+    spans = [[(t, int(s), int(e)) for t, s, e in zip(types[:n], starts[:n], ends[:n])] for types, starts, ends, n in
+             zip(_decoded(out["entity_type"]), out["entity_start"], out["entity_end"], out["num_entities"])]
+    want = [[(e["type"], e["start"], e["end"]) for e in r["entities"]] for r in predicted]
+    texts = [_decoded(out["entity_text"])[i][:n] for i, n in enumerate(out["num_entities"])]
+    check("`words` signature: entity spans (word indices) and texts = predict's", spans == want, True,
+          spans == want and texts == [[e["text"] for e in r["entities"]] for r in predicted])
+
+    texts = [" ".join(row) for row in words] + ["Alice met Grace Hopper in Paris, then flew to Rio de Janeiro.", ""]
+    out = _session_outputs(path, "serving_default", "text", np.array(texts, object))
+    split = [row[:n] for row, n in zip(_decoded(out["words"]), out["num_words"])]
+    check("serving_default: words split in the graph = the sentences' words", split[:80] == words, True,
+          split[:80] == words)
+    raw_tags = [row[:n] for row, n in zip(_decoded(out["tags"]), out["num_words"])]
+    check("serving_default: tags = predict's", raw_tags[:80] == [r["tags"] for r in predicted], True,
+          raw_tags[:80] == [r["tags"] for r in predicted])
+    found = [(t, texts[-2].encode()[s:e].decode(), x) for t, s, e, x in
+             zip(_decoded(out["entity_type"])[-2], out["entity_start"][-2], out["entity_end"][-2],
+                 _decoded(out["entity_text"])[-2])][:int(out["num_entities"][-2])]
+    print(f"raw text {texts[-2]!r}: words {split[-2]}, tags {raw_tags[-2]}, entities {found}")
+    check("raw text: punctuation split off, entities = text[start:end] in bytes",
+          [f[:2] for f in found], "[('PER', 'Alice'), ('PER', 'Grace Hopper'), ('LOC', 'Paris'), ('LOC', 'Rio de "
+          "Janeiro')]", [f[:2] for f in found] == [("PER", "Alice"), ("PER", "Grace Hopper"), ("LOC", "Paris"),
+                                                  ("LOC", "Rio de Janeiro")] and all(f[1] == f[2] for f in found))
+    check("an empty text: no words, no entities", (int(out["num_words"][-1]), int(out["num_entities"][-1])), "(0, 0)",
+          int(out["num_words"][-1]) == 0 and int(out["num_entities"][-1]) == 0)
+
+    base = os.path.dirname(path)
+    server = serve(model_base_path=base, model_name="ner", port=0, rest_api_port=None).start()
+    try:
+        with Client(server.grpc_target, "ner") as client:
+            rows = client.tag(texts[-2:-1])
+            check("Client.tag (serving_default over gRPC): entities", [(e["type"], e["text"]) for e in rows[0]["entities"]],
+                  "the Session's", [(e["type"], e["text"]) for e in rows[0]["entities"]] == [f[:2] for f in found])
+            rows = client.tag(words=words[:5])
+            check("Client.tag(words=...) (the words signature): tags = predict's", [r["tags"] for r in rows],
+                  "predict's", [r["tags"] for r in rows] == [r["tags"] for r in predicted[:5]])
+        capsys.readouterr()
+        assert main(["query", "--server", server.grpc_target, "--model", "ner", "--text", texts[-2]]) == 0
+        printed = capsys.readouterr().out
+        print(printed)
+        check("`xlnet-tf query --text` prints the entities", "LOC 'Rio de Janeiro'" in printed, True,
+              "LOC 'Rio de Janeiro'" in printed and "PER 'Grace Hopper'" in printed)
+    finally:
+        server.stop(1)

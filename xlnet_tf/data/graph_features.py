@@ -28,7 +28,7 @@ windows of each question, as tensors.
 
 Public API: ``byte_to_char_offsets``, ``keep_first``, ``keep_last``, ``pad_rows``, ``batch_width``,
 ``pair_lengths``, ``document_width``, ``classification_inputs``, ``squad_windows``, ``squad_answer_positions``,
-``squad_best_spans``, ``race_qa_text``, ``race_inputs``.
+``squad_best_spans``, ``race_qa_text``, ``race_inputs``, ``token_windows``, ``word_outputs``.
 """
 
 import math
@@ -507,3 +507,179 @@ def race_inputs(article_ids, qa_ids, num_choices, max_seq_len, max_qa_len=128, p
         "article_truncated": article_truncated,
         "qa_truncated": qa_truncated,
     }
+
+
+# ----------------------------------------------------------------------------------------------------
+# Token classification
+
+IGNORE = -100  # the label id of positions that are not scored (``data.token_classification.IGNORE``)
+
+
+def _word_pieces(word_ids, span, unk_id):
+    """Each word's pieces as rows are built from them: an empty word gets one ``unk_id`` piece, a longer one
+    keeps its first ``span``. ``word_ids`` ragged ``[B, None, None]`` -> ragged int32 ``[N, None]`` (N words)."""
+    pieces = tf.cast(word_ids.values, tf.int32)
+    empty = tf.cast(pieces.row_lengths() == 0, tf.int64)
+    pieces = tf.concat([pieces, _fill_rows(empty, unk_id, tf.int32)], 1)
+    return keep_first(pieces, tf.minimum(pieces.row_lengths(), span))
+
+
+def _word_windows(starts, ends, first_word, end_word, span, stride):
+    """Windows of whole words per sentence: int64 ``[K]`` ``sentence``, ``window`` (k-th of its sentence),
+    ``start`` / ``end`` (global word indices, end exclusive), sentences in order and each one's windows
+    consecutive and in order. ``starts`` / ``ends`` ``[N]``: each word's pieces ``[starts, ends)`` counted
+    over all sentences; ``first_word`` / ``end_word`` ``[B]``: each sentence's words. A sentence without words
+    has one empty window."""
+    n_words = tf.size(starts, out_type=tf.int64)
+    last = tf.maximum(n_words - 1, 0)
+    first_piece = lambda words: tf.gather(tf.concat([starts, [0]], 0), tf.minimum(words, last))  # noqa: E731
+
+    def body(k, a, done, out):
+        active = ~done
+        s_a = first_piece(a)
+        b = tf.searchsorted(ends, s_a + span, side="right", out_type=tf.int64)
+        b = tf.minimum(tf.maximum(b, a + 1), end_word)
+        out = [tf.concat([o, tf.boolean_mask(v, active)], 0)
+               for o, v in zip(out, (tf.range(tf.size(a, out_type=tf.int64)), tf.fill(tf.shape(a), k), a, b))]
+        following = tf.searchsorted(starts, s_a + stride, side="left", out_type=tf.int64)
+        following = tf.minimum(tf.maximum(following, a + 1), b)
+        done = done | (b >= end_word)
+        return k + 1, tf.where(done, a, following), done, out
+
+    empty = tf.zeros([0], tf.int64)
+    no_words = first_word >= end_word
+    _, _, _, (sentence, window, start, end) = tf.while_loop(
+        lambda k, a, done, out: tf.reduce_any(~done), body,
+        (tf.constant(0, tf.int64), first_word, no_words, [empty] * 4),
+        shape_invariants=(tf.TensorShape([]), first_word.shape, no_words.shape, [tf.TensorShape([None])] * 4))
+    # sentences without words: one empty window each
+    alone = tf.cast(tf.where(no_words)[:, 0], tf.int64)
+    sentence = tf.concat([sentence, alone], 0)
+    window = tf.concat([window, tf.zeros_like(alone)], 0)
+    start = tf.concat([start, tf.gather(first_word, alone)], 0)
+    end = tf.concat([end, tf.gather(first_word, alone)], 0)
+    # put in (sentence, window) order: each window's place is its sentence's first place + its index
+    count = tf.size(sentence, out_type=tf.int64)
+    per_sentence = tf.math.unsorted_segment_sum(tf.ones_like(sentence), sentence, tf.size(first_word))
+    place = tf.gather(tf.cumsum(per_sentence, exclusive=True), sentence) + window
+    ordered = [tf.math.unsorted_segment_sum(v, place, count) for v in (sentence, window, start, end)]
+    return dict(zip(("sentence", "window", "start", "end"), ordered))
+
+
+def token_windows(word_ids, max_seq_len, doc_stride=None, pad_to_multiple=None, unk_id=0, word_labels=None,
+                  label_all_pieces=False):
+    """Token-classification rows: the pieces of each sentence's words, in windows of whole words.
+
+    Args:
+      word_ids: ragged int ``[B, None, None]``: sentences -> words -> the word's piece ids (each word
+        tokenized alone). An empty word gets one ``unk_id`` piece; a word of more than ``S = max_seq_len - 2``
+        pieces keeps its first S.
+      max_seq_len: L (Python int, at least 3); rows are ``pieces <sep> <cls>``, LEFT-padded (``<cls>`` last),
+        segment ids 0 for the pieces and ``<sep>``, 2 for ``<cls>``, 4 for padding.
+      doc_stride: pieces between the starts of a long sentence's windows (Python int >= 1; default S // 2):
+        the next window starts at the first word that starts at least ``doc_stride`` pieces after the current
+        window's start, but never after the current window's end and always at least one word later. Each
+        window holds as many whole words as fit in S pieces (at least one).
+      pad_to_multiple: None (pad to L) or m (pad to the longest row rounded up to m).
+      word_labels: None, or ragged int ``[B, None]``: a tag id per word (training / evaluation).
+      label_all_pieces: with ``word_labels``, every piece of a scored word carries its tag (default: its
+        first piece only).
+    Every word is scored in exactly one window: the one where it has the most context, score
+    ``min(pieces before its first piece, pieces after its last piece) + 0.01 * pieces in the window``, the
+    earliest window winning ties (the original SQuAD rule, as ``squad_windows``).
+    Returns:
+      dict; R windows in sentence order (each sentence's windows consecutive, in order): int32 ``[R, W]``
+      ``input_ids``, ``segment_ids``, ``padding_mask``, ``label_ids`` (the tag id where scored, ``IGNORE``
+      elsewhere and without ``word_labels``), ``word_index`` (the word of its sentence scored at this
+      position, its first piece in its best window; -1 elsewhere), ``piece_word_index`` (the word of every
+      piece; -1 at ``<sep>``, ``<cls>``, padding); int32 ``[R]`` ``example_index`` (the sentence),
+      ``window_index``, ``window_start`` / ``window_end`` (its words, end exclusive), ``cls_index`` (W - 1),
+      ``length`` (real positions).
+    """
+    if max_seq_len < 3:
+        raise ValueError(f"max_seq_len must be at least 3 (a piece, <sep>, <cls>), got {max_seq_len}")
+    span = max_seq_len - 2
+    stride = max(span // 2, 1) if doc_stride is None else doc_stride
+    if stride < 1:
+        raise ValueError(f"doc_stride must be at least 1, got {doc_stride}")
+    pieces = _word_pieces(word_ids, span, unk_id)
+    counts = pieces.row_lengths()
+    ends = tf.cumsum(counts)
+    starts = ends - counts
+    sentence_of_word = word_ids.value_rowids()
+    first_word = word_ids.row_starts()
+    w = _word_windows(starts, ends, first_word, word_ids.row_limits(), span, stride)
+    n_windows = tf.size(w["sentence"], out_type=tf.int64)
+    n_words = tf.size(counts, out_type=tf.int64)
+
+    # the best window of every word
+    in_window = tf.ragged.range(w["start"], w["end"])  # [R, None] global word indices
+    row = in_window.value_rowids()
+    word = in_window.values
+    window_first = tf.gather(starts, tf.gather(w["start"], row))
+    window_end = tf.gather(tf.concat([ends, [0]], 0), tf.gather(w["end"], row) - 1)
+    score = (tf.cast(tf.minimum(tf.gather(starts, word) - window_first, window_end - tf.gather(ends, word)),
+                     tf.float64) + 0.01 * tf.cast(window_end - window_first, tf.float64))
+    best_score = tf.math.unsorted_segment_max(score, word, n_words)
+    best = tf.math.unsorted_segment_min(tf.where(score >= tf.gather(best_score, word), row, n_windows), word,
+                                        n_words)
+
+    # the rows: each window's pieces, <sep>, <cls>
+    w_first = tf.gather(tf.concat([starts, [0]], 0), w["start"])
+    nonempty = w["end"] > w["start"]
+    w_last_end = tf.gather(tf.concat([ends, [0]], 0), tf.where(nonempty, w["end"] - 1, n_words))
+    w_pieces = tf.where(nonempty, w_last_end - w_first, 0)
+    piece = tf.ragged.range(w_first, w_first + w_pieces)  # [R, None] global piece indices
+    piece_row = piece.value_rowids()
+    piece_word = tf.searchsorted(ends, piece.values, side="right", out_type=tf.int64)
+    local_word = piece_word - tf.gather(first_word, tf.gather(sentence_of_word, piece_word))
+    first_piece = piece.values == tf.gather(starts, piece_word)
+    scored = tf.gather(best, piece_word) == piece_row
+    ones = tf.ones_like(w_pieces)
+    two = _constant_rows(n_windows, [SEP_ID, CLS_ID], tf.int32)
+    tokens = tf.concat([piece.with_flat_values(tf.gather(pieces.values, piece.values)), two], 1)
+    segments = tf.concat([_fill_rows(w_pieces + 1, SEG_A, tf.int32), _fill_rows(ones, SEG_CLS, tf.int32)], 1)
+    minus_two = _constant_rows(n_windows, [-1, -1], tf.int32)
+    at_word = lambda values: tf.concat([piece.with_flat_values(tf.cast(values, tf.int32)), minus_two], 1)  # noqa
+    word_index = at_word(tf.where(first_piece & scored, local_word, -1))
+    if word_labels is None:
+        labels = tf.fill(tf.shape(piece.values), tf.constant(IGNORE, tf.int64))
+    else:
+        labeled = scored & (first_piece | label_all_pieces)
+        labels = tf.where(labeled, tf.gather(tf.cast(word_labels.flat_values, tf.int64), piece_word), IGNORE)
+    label_ids = tf.concat([piece.with_flat_values(tf.cast(labels, tf.int32)),
+                           _constant_rows(n_windows, [IGNORE, IGNORE], tf.int32)], 1)
+    length = w_pieces + 2
+    width = batch_width(length, max_seq_len, pad_to_multiple)
+    local = lambda v: tf.cast(v - tf.gather(first_word, w["sentence"]), tf.int32)  # noqa: E731
+    return {
+        "input_ids": pad_rows(tokens, width, PAD_ID, left=True),
+        "segment_ids": pad_rows(segments, width, SEG_PAD, left=True),
+        "padding_mask": pad_rows(tf.ones_like(tokens), width, 0, left=True),
+        "label_ids": pad_rows(label_ids, width, IGNORE, left=True),
+        "word_index": pad_rows(word_index, width, -1, left=True),
+        "piece_word_index": pad_rows(at_word(local_word), width, -1, left=True),
+        "example_index": tf.cast(w["sentence"], tf.int32),
+        "window_index": tf.cast(w["window"], tf.int32),
+        "window_start": local(w["start"]),
+        "window_end": local(w["end"]),
+        "cls_index": tf.fill(tf.reshape(tf.cast(n_windows, tf.int32), [1]), tf.cast(width, tf.int32) - 1),
+        "length": tf.cast(length, tf.int32),
+    }
+
+
+def word_outputs(values, windows, words_per_sentence):
+    """Per-position outputs of ``token_windows`` rows -> one per word: ``values`` ``[R, W, ...]`` (logits of
+    the rows, W <= the rows' width: a narrower array is their LAST W positions), ``windows`` its dict,
+    ``words_per_sentence`` int ``[B]`` -> ragged ``[B, None, ...]``, word k of sentence b at ``[b, k]`` (the
+    value at the position that scores it)."""
+    word_index = windows["word_index"]
+    shift = tf.shape(word_index, out_type=tf.int64)[1] - tf.shape(values, out_type=tf.int64)[1]
+    at = tf.where(word_index >= 0)  # [K, 2] (row, position)
+    words_per_sentence = tf.cast(words_per_sentence, tf.int64)
+    first = tf.cumsum(words_per_sentence, exclusive=True)
+    word = (tf.gather(first, tf.cast(tf.gather(windows["example_index"], at[:, 0]), tf.int64))
+            + tf.cast(tf.gather_nd(word_index, at), tf.int64))
+    picked = tf.gather_nd(values, at - tf.stack([tf.zeros_like(shift), shift])[None])
+    flat = tf.math.unsorted_segment_sum(picked, word, tf.reduce_sum(words_per_sentence))
+    return tf.RaggedTensor.from_row_lengths(flat, words_per_sentence, validate=False)

@@ -253,35 +253,6 @@ def token_label_list(examples):
 # Features
 
 
-def _windows(starts, ends, span, stride):
-    """Word windows ``(a, b)`` (words ``a..b-1``) of one sentence, whose words' pieces are
-    ``[starts[w], ends[w])`` (cumulative, every word at least one piece and at most ``span``)."""
-    n = len(starts)
-    if n == 0:
-        return [(0, 0)]
-    out, a = [], 0
-    while True:
-        b = max(int(np.searchsorted(ends, starts[a] + span, side="right")), a + 1)
-        out.append((a, b))
-        if b >= n:
-            return out
-        a = min(max(int(np.searchsorted(starts, starts[a] + stride, side="left")), a + 1), b)
-
-
-def _best_windows(windows, starts, ends):
-    """For each word, the index of the window where it has the most context (earliest on ties)."""
-    n = len(starts)
-    best, best_score = np.zeros(n, np.int64), np.full(n, -np.inf)
-    for k, (a, b) in enumerate(windows):
-        if b == a:
-            continue
-        s0, s1 = starts[a], ends[b - 1]
-        score = np.minimum(starts[a:b] - s0, s1 - ends[a:b]).astype(np.float64) + 0.01 * float(s1 - s0)
-        better = score > best_score[a:b]
-        best[a:b][better], best_score[a:b][better] = k, score[better]
-    return best
-
-
 def _label_ids(examples, label_list):
     """-> (per-example int arrays of tag ids or None, label_list, labeled)."""
     labeled = [e.tags is not None for e in examples]
@@ -327,8 +298,10 @@ def token_classification_features(examples, tokenizer, max_seq_len, label_list=N
       (given one ``<unk>`` piece), ``truncated_words`` (more than L - 2 pieces), ``label_list``, ``labeled``,
       ``doc_stride``, ``label_all_pieces``.
     """
+    import tensorflow as tf
+
     from xlnet_tf.data import graph_features as gf
-    from xlnet_tf.data.finetuning import token_ids
+    from xlnet_tf.data.finetuning import _build_in_chunks, _traced, token_ids
 
     if max_seq_len < 3:
         raise UserError(f"max_seq_len must be at least 3 (a piece, <sep>, <cls>), got {max_seq_len}.")
@@ -339,63 +312,26 @@ def token_classification_features(examples, tokenizer, max_seq_len, label_list=N
     tag_ids, label_list, labeled = _label_ids(examples, label_list)
     words = [w for e in examples for w in e.words]
     ids = token_ids(tokenizer, words)
-    flat = ids.flat_values.numpy().astype(np.int32)
-    splits = ids.row_splits.numpy()
-    raw_counts = np.diff(splits)
-    empty = raw_counts == 0
-    counts = np.clip(raw_counts, 1, span)
+    raw_counts = np.diff(ids.row_splits.numpy())
+    lengths = [len(e.words) for e in examples]
+    word_ids = tf.RaggedTensor.from_row_lengths(ids, tf.constant(lengths, tf.int64))
+    word_labels = None
+    if labeled:
+        word_labels = tf.RaggedTensor.from_row_lengths(
+            tf.constant(np.concatenate(tag_ids + [np.zeros([0], np.int64)]), tf.int64), tf.constant(lengths, tf.int64))
+    build = _traced(gf.token_windows, max_seq_len=max_seq_len, doc_stride=int(stride), unk_id=tokenizer.unk_id,
+                    label_all_pieces=bool(label_all_pieces))
 
-    # Pass 1: windows, best windows, and each sentence's kept pieces.
-    plans, w0 = [], 0
-    for e in examples:
-        w1 = w0 + len(e.words)
-        c = counts[w0:w1]
-        ends = np.cumsum(c)
-        starts = ends - c
-        if (raw_counts[w0:w1] == c).all():
-            pieces = flat[splits[w0]:splits[w1]]
-        else:  # empty words get <unk>, long words keep their first `span` pieces
-            pieces = np.concatenate(
-                [np.full([1], tokenizer.unk_id, np.int32) if empty[w] else flat[splits[w]:splits[w] + counts[w]]
-                 for w in range(w0, w1)])
-        windows = _windows(starts, ends, span, stride)
-        plans.append((starts, ends, pieces, windows, _best_windows(windows, starts, ends)))
-        w0 = w1
+    def chunk(lo, hi):
+        out = dict(build(word_ids[lo:hi], word_labels=None if word_labels is None else word_labels[lo:hi]))
+        out["example_index"] += lo
+        return out
 
-    n_rows = sum(len(p[3]) for p in plans)
-    full = lambda value: np.full([n_rows, max_seq_len], value, np.int32)  # noqa: E731
-    input_ids, segment_ids, padding_mask = full(gf.PAD_ID), full(gf.SEG_PAD), full(0)
-    label_ids, word_index, piece_word_index = full(IGNORE), full(-1), full(-1)
-    per_row = {k: np.zeros([n_rows], np.int32) for k in
-               ("example_index", "window_index", "window_start", "window_end", "length")}
-    r = 0
-    for i, (starts, ends, pieces, windows, best) in enumerate(plans):
-        for k, (a, b) in enumerate(windows):
-            p0, p1 = (starts[a], ends[b - 1]) if b > a else (0, 0)
-            n = p1 - p0
-            pad = max_seq_len - n - 2
-            input_ids[r, pad:pad + n] = pieces[p0:p1]
-            input_ids[r, -2:] = gf.SEP_ID, gf.CLS_ID
-            segment_ids[r, pad:-1], segment_ids[r, -1] = gf.SEG_A, gf.SEG_CLS
-            padding_mask[r, pad:] = 1
-            piece_word_index[r, pad:pad + n] = np.repeat(np.arange(a, b), ends[a:b] - starts[a:b])
-            scored = a + np.nonzero(best[a:b] == k)[0]
-            word_index[r, pad + starts[scored] - p0] = scored
-            if labeled:
-                if label_all_pieces:
-                    mine = np.isin(piece_word_index[r, pad:pad + n], scored)
-                    label_ids[r, pad:pad + n][mine] = tag_ids[i][piece_word_index[r, pad:pad + n][mine]]
-                else:
-                    label_ids[r, pad + starts[scored] - p0] = tag_ids[i][scored]
-            for key, value in (("example_index", i), ("window_index", k), ("window_start", a),
-                               ("window_end", b), ("length", n + 2)):
-                per_row[key][r] = value
-            r += 1
-    features = dict(input_ids=input_ids, segment_ids=segment_ids, padding_mask=padding_mask, label_ids=label_ids,
-                    word_index=word_index, piece_word_index=piece_word_index, **per_row,
-                    cls_index=np.full([n_rows], max_seq_len - 1, np.int32))
-    report = dict(examples=len(examples), windows=n_rows, multi_window_examples=sum(len(p[3]) > 1 for p in plans),
-                  words=len(words), pieces=int(counts.sum()), empty_words=int(empty.sum()),
+    features = _build_in_chunks(len(examples), chunk)
+    windows_per_example = np.bincount(features["example_index"], minlength=len(examples))
+    report = dict(examples=len(examples), windows=len(features["input_ids"]),
+                  multi_window_examples=int((windows_per_example > 1).sum()), words=len(words),
+                  pieces=int(np.clip(raw_counts, 1, span).sum()), empty_words=int((raw_counts == 0).sum()),
                   truncated_words=int((raw_counts > span).sum()), label_list=label_list, labeled=labeled,
                   doc_stride=int(stride), label_all_pieces=bool(label_all_pieces))
     return features, report
