@@ -16,6 +16,9 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "transformers")
 ENCODER = ("input_ids", "segment_ids", "padding_mask")
 PEOPLE = ["Alice", "Bob Marley", "Carol Smith", "Dmitri Ivanov", "Eve", "Frank Lloyd Wright", "Grace Hopper"]
 PLACES = ["Paris", "New York", "Rio de Janeiro", "Tokyo", "Berlin", "Buenos Aires", "Cairo"]
+# names of people AND places: only the word before tells which ("with Jordan" PER, "in Jordan" LOC)
+AMBIGUOUS = ["Jordan", "Georgia", "Florence", "Chelsea"]
+CUES = {"PER": ["with", "told"], "LOC": ["in", "from"]}
 
 
 def check(name, value, bound, ok):
@@ -76,7 +79,8 @@ def test_loss_skips_positions_that_are_not_scored():
 
 def tagged_sentences(count, seed, long_every=0):
     """Sentences of CPython documentation words (lower-case) with 1-2 names of people (PER) and places (LOC)
-    inserted, BIO tags; every `long_every`-th sentence has 40-60 words (more than one 32-piece window)."""
+    inserted, BIO tags, a third of them names of both kinds that only the word before decides (`CUES`);
+    every `long_every`-th sentence has 40-60 words (more than one 32-piece window)."""
     rng = np.random.default_rng(seed)
     words = [w for text in pydoc_data.topics.topics.values() for w in text.split() if w.isalpha() and w.islower()]
     out = []
@@ -86,11 +90,15 @@ def tagged_sentences(count, seed, long_every=0):
         sentence = [(w, "O") for w in words[start:start + n]]
         for _ in range(int(rng.integers(1, 3 if n < 40 else 5))):
             kind, names = ("PER", PEOPLE) if rng.random() < 0.5 else ("LOC", PLACES)
-            name = names[int(rng.integers(len(names)))].split()
+            name = [(w, ("B-" if i == 0 else "I-") + kind) for i, w in enumerate(
+                names[int(rng.integers(len(names)))].split())]
+            if rng.random() < 1 / 3:
+                cues = CUES[kind]
+                name = [(cues[int(rng.integers(len(cues)))], "O"), (AMBIGUOUS[int(rng.integers(4))], "B-" + kind)]
             at = int(rng.integers(0, len(sentence) + 1))
             if at < len(sentence) and sentence[at][1].startswith("I-"):
                 continue  # never inside another name
-            sentence[at:at] = [(w, ("B-" if i == 0 else "I-") + kind) for i, w in enumerate(name)]
+            sentence[at:at] = name
         out.append(sentence)
     return out
 
@@ -113,7 +121,7 @@ def tagging(tmp_path_factory):
     lines = [line.strip() for _, text in sorted(pydoc_data.topics.topics.items())
              for line in text.splitlines() if line.strip()][:1500]
     corpus = root / "corpus.txt"
-    corpus.write_text("\n".join(lines + [" ".join(PEOPLE + PLACES)] * 5) + "\n", encoding="utf-8")
+    corpus.write_text("\n".join(lines + [" ".join(PEOPLE + PLACES + AMBIGUOUS)] * 5) + "\n", encoding="utf-8")
     assert main(["train-spm", "--input", str(corpus), "--model-prefix", str(root / "spm"), "--vocab-size", "600"]) == 0
     train = write_conll(root / "train.conll", tagged_sentences(400, 1, long_every=10))
     dev_sentences = tagged_sentences(80, 2, long_every=8)
@@ -136,7 +144,7 @@ def ner(tagging):
 def test_finetune_evaluate_and_predict(tagging, ner):
     from xlnet_tf.data import token_classification as tc
     from xlnet_tf.metrics import token_classification_metrics
-    from xlnet_tf.training.finetune import _infer, load_for_inference, run_model
+    from xlnet_tf.training.finetune import _infer, load_for_inference, load_task_data, run_model
 
     root, train, dev, dev_sentences = tagging
     model_dir = ner
@@ -153,6 +161,9 @@ def test_finetune_evaluate_and_predict(tagging, ner):
           results["f1"] >= 0.85)
     check("per-type F1", {t: round(v["f1"], 3) for t, v in results["per_type"].items()}, "PER and LOC >= 0.7",
           set(results["per_type"]) == {"LOC", "PER"} and all(v["f1"] >= 0.7 for v in results["per_type"].values()))
+    gold = [[t for _, t in s] for s in dev_sentences]
+    majority = token_classification_metrics(gold, [["O"] * len(t) for t in gold])
+    print(f"majority tag ('O' everywhere): entity F1 {majority['f1']:.3f}, word accuracy {majority['accuracy']:.3f}")
 
     # evaluate on the saved directory gives the run's own figures
     assert main(["evaluate", "--model-dir", str(model_dir), "--eval-file", str(dev)]) == 0
@@ -178,6 +189,10 @@ def test_finetune_evaluate_and_predict(tagging, ner):
           recomputed["f1"] == results["f1"])
     found = {e["text"] for row in rows for e in row["entities"]}
     print(f"entities predicted: {sorted(found)[:12]} ...")
+    ambiguous = [(t, p) for s, r in zip(dev_sentences, rows) for (w, t), p in zip(s, r["tags"]) if w in AMBIGUOUS]
+    right = sum(t == p for t, p in ambiguous) / len(ambiguous)
+    check(f"tags of the {len(ambiguous)} names that only the word before decides (PER or LOC)", f"{right:.3f}",
+          ">= 0.9 (by the word alone: 0.5)", right >= 0.9)
 
     # rows batched by length buckets equal rows padded to max_seq_len (left-padded logits put back in place)
     model, finetune_config, tokenizer = load_for_inference(str(model_dir))
@@ -189,6 +204,17 @@ def test_finetune_evaluate_and_predict(tagging, ner):
           f"{data.report['multi_window_examples']} sentences in several)", f"{diff:.2e}", "<= 1e-5", diff <= 1e-5)
     check("sentences in several windows", data.report["multi_window_examples"], ">= 10",
           data.report["multi_window_examples"] >= 10)
+    # the same model reading each sentence in ONE window of 256 (relative positions: any length runs)
+    one = load_task_data("token-classification", str(dev), tokenizer, 256, label_list=finetune_config["label_names"])
+    check("at 256 positions every sentence fits one window", one.report["multi_window_examples"], "0",
+          one.report["multi_window_examples"] == 0)
+    long_tags = tc.word_predictions(one.features, run_model(model, "token-classification", one.features, 8)["logits"])
+    windowed = tc.word_predictions(data.features, bucketed["logits"])
+    several = np.bincount(data.features["example_index"], minlength=len(dev_sentences)) > 1
+    pairs = [(a, b) for k in np.flatnonzero(several) for a, b in zip(windowed[k], long_tags[k])]
+    agree = sum(a == b for a, b in pairs) / len(pairs)
+    check(f"long sentences: windows of 32 vs one window, the same tag on the {len(pairs)} words", f"{agree:.4f}",
+          ">= 0.98", agree >= 0.98)
 
 
 def test_jsonl_label_all_pieces_and_bad_input(tagging, tmp_path, capsys):
@@ -212,7 +238,7 @@ def test_jsonl_label_all_pieces_and_bad_input(tagging, tmp_path, capsys):
     # a tag the model does not know, named with its file and line
     bad = tmp_path / "bad.conll"
     bad.write_text("Paris B-LOC\nis O\n\nTokyo B-CITY\n", encoding="utf-8")
-    capsys.readouterr()
+    printed = [capsys.readouterr().out]  # the checks' lines, printed again at the end
     assert main(["evaluate", "--model-dir", str(model_dir), "--eval-file", str(bad)]) == 2
     err = capsys.readouterr().err
     check("unknown tag: message", err.strip().splitlines()[-1], f"names {bad}:4 and 'B-CITY'",
@@ -220,14 +246,18 @@ def test_jsonl_label_all_pieces_and_bad_input(tagging, tmp_path, capsys):
     for extra, text in ((["--tag-column", "1"], "--tag-column"), (["--long-doc", "memory", "--max-doc-len", "64"],
                                                                   "--long-doc memory")):
         flags = ["--task", "classification"] if extra[0] == "--tag-column" else []
-        capsys.readouterr()
+        printed.append(capsys.readouterr().out)
         code = main(args + extra + flags)
         err = capsys.readouterr().err
         check(f"{' '.join(extra + flags)}: exit code and message", (code, err.strip().splitlines()[-1]),
               f"2, naming {text}", code == 2 and text in err)
-    with pytest.raises(UserError):
-        from xlnet_tf.data.token_classification import read_token_examples
+    from xlnet_tf.data.token_classification import read_token_examples
+
+    with pytest.raises(UserError) as info:
         read_token_examples(bad, tag_column=3)
+    check("a tag column the file lacks", str(info.value), "names the file, line and column",
+          f"{bad}, line 1" in str(info.value) and "tag_column 3" in str(info.value))
+    print("".join(printed + [capsys.readouterr().out]))
 
 
 def _session_outputs(path, signature_name, name, values):
@@ -301,6 +331,15 @@ def test_export_serves_tags_and_entities(tagging, ner, tmp_path, capsys):
     check("an empty text: no words, no entities", (int(out["num_words"][-1]), int(out["num_entities"][-1])), "(0, 0)",
           int(out["num_words"][-1]) == 0 and int(out["num_entities"][-1]) == 0)
 
+    # batch prediction (Beam's RunInference handler): a row's words and entities whatever the batch holds
+    from xlnet_tf.pipelines.predict import LoadedExport
+
+    loaded = LoadedExport(path)
+    batch = loaded.predict([{"inputs": {"text": t}} for t in texts[-4:]])
+    alone = [loaded.predict([{"inputs": {"text": t}}])[0] for t in texts[-4:]]
+    check("batch prediction: 4 texts in one batch = each alone (padding cut to num_words / num_entities)",
+          batch == alone, True, batch == alone and batch[-2]["words"] == split[-2] and batch[-1]["words"] == [])
+
     base = os.path.dirname(path)
     server = serve(model_base_path=base, model_name="ner", port=0, rest_api_port=None).start()
     try:
@@ -311,10 +350,10 @@ def test_export_serves_tags_and_entities(tagging, ner, tmp_path, capsys):
             rows = client.tag(words=words[:5])
             check("Client.tag(words=...) (the words signature): tags = predict's", [r["tags"] for r in rows],
                   "predict's", [r["tags"] for r in rows] == [r["tags"] for r in predicted[:5]])
-        capsys.readouterr()
+        earlier = capsys.readouterr().out  # the checks printed so far, printed again below
         assert main(["query", "--server", server.grpc_target, "--model", "ner", "--text", texts[-2]]) == 0
         printed = capsys.readouterr().out
-        print(printed)
+        print(earlier + printed)
         check("`xlnet-tf query --text` prints the entities", "LOC 'Rio de Janeiro'" in printed, True,
               "LOC 'Rio de Janeiro'" in printed and "PER 'Grace Hopper'" in printed)
     finally:

@@ -131,7 +131,26 @@ class LoadedExport:
             if array.ndim == 0 or array.shape[0] != len(rows):
                 raise RuntimeError(f"{self.export_dir}: {SIGNATURE}'s output {name!r} has shape {array.shape}, "
                                    f"not one value per row of the batch of {len(rows)}")
-        return [{name: _jsonable(arrays[name][i]) for name in sorted(arrays)} for i in range(len(rows))]
+        return output_rows(arrays, len(rows))
+
+
+# Outputs padded to the longest row of a request, and the output that gives each row's own length (a token-
+# classification export's words and entities): a row's prediction keeps its own values only, whatever the batch.
+PADDED_OUTPUTS = {"num_words": ("words", "word_start", "word_end", "tags", "tag_id", "scores"),
+                  "num_entities": ("entity_text", "entity_type", "entity_start", "entity_end")}
+
+
+def output_rows(arrays, count):
+    """A batch's outputs ({name: array [count, ...]}) -> one dict of plain Python values per row, outputs padded
+    to the batch's longest row (``PADDED_OUTPUTS``) cut to the row's own length."""
+    rows = [{name: arrays[name][i] for name in sorted(arrays)} for i in range(count)]
+    for length, names in PADDED_OUTPUTS.items():
+        if length in arrays:
+            for row in rows:
+                for name in names:
+                    if name in row:
+                        row[name] = row[name][:int(row[length])]
+    return [{name: _jsonable(value) for name, value in row.items()} for row in rows]
 
 
 def _jsonable(value):
