@@ -276,6 +276,7 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
     elif task == "squad":
         doc_stride = int(finetune_config.get("doc_stride", 128))
         max_query_len = int(finetune_config.get("max_query_len", 64))
+        simple = finetune_config.get("squad_head") == "simple"
 
         @_fn([_text_spec("question"), _text_spec("context")])
         def serving_default(question, context):
@@ -287,7 +288,8 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
             out = g.head({k: windows[k] for k in ("input_ids", "segment_ids", "padding_mask", "p_mask",
                                                     "cls_index")})
             with tf.device("/cpu:0"):
-                best = gf.squad_best_spans(out, windows, tf.size(question, out_type=tf.int64))
+                best = gf.squad_best_spans(out, windows, tf.size(question, out_type=tf.int64),
+                                           int(finetune_config.get("max_answer_length", 64)))
                 first_window = tf.math.unsorted_segment_min(
                     tf.range(tf.size(windows["example_index"], out_type=tf.int64)), windows["example_index"],
                     tf.size(question, out_type=tf.int64))
@@ -299,7 +301,9 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
                 "answer_start": best["start"],
                 "answer_end": best["end"],
                 "score": best["score"],
-                "no_answer_probability": tf.sigmoid(best["null_score"]),
+                # the beam head's answerability logit; the simple head's null score over the best span's (the
+                # null answer wins above 0.5, as transformers picks it when its score is the higher)
+                "no_answer_probability": tf.sigmoid(best["null_score"] - (best["score"] if simple else 0.0)),
                 "null_score": best["null_score"],
                 "window_index": tf.where(best["found"], best["window"] - first_window, -1),
             }

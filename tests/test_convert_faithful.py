@@ -154,14 +154,14 @@ def test_clean_directories_convert_with_every_tensor_used(tmp_path, vocab, capsy
     check("LM head: max |lm_bias - source|", diff, "<= 1e-7", diff <= 1e-7)
 
 
-@pytest.mark.parametrize("case", ["qa_outputs", "summary_type", "extra_tensor", "multi_label"])
+@pytest.mark.parametrize("case", ["unknown_head", "summary_type", "extra_tensor", "multi_label"])
 def test_unimplemented_things_stop_the_conversion_naming_them(tmp_path, vocab, capsys, case):
     rng = np.random.default_rng(1)
     tensors = encoder_tensors(rng, vocab)
-    if case == "qa_outputs":  # XLNetForQuestionAnsweringSimple
-        config = hf_config(vocab, "XLNetForQuestionAnsweringSimple")
-        tensors.update({"qa_outputs.weight": rng.normal(0, 0.3, (2, D)), "qa_outputs.bias": np.zeros(2)})
-        wanted = ["XLNetForQuestionAnsweringSimple", "qa_outputs: bias [2], weight [2, 16]"]
+    if case == "unknown_head":  # a head transformers may add one day
+        config = hf_config(vocab, "XLNetForSpanClassification")
+        tensors.update({"span_head.weight": rng.normal(0, 0.3, (2, D)), "span_head.bias": np.zeros(2)})
+        wanted = ["XLNetForSpanClassification", "span_head: bias [2], weight [2, 16]"]
     elif case == "summary_type":
         config = hf_config(vocab, "XLNetForSequenceClassification", summary_type="mean")
         tensors.update(classification_tensors(rng))
@@ -221,16 +221,18 @@ def test_every_problem_listed_at_once_and_allow_unused_converts(tmp_path, vocab,
     check("--allow-unused: max |logits_proj kernel - source^T|", diff, "<= 1e-7", diff <= 1e-7)
 
     # an unimplemented head: left out, the encoder alone is converted (Python API)
-    tensors = {**encoder_tensors(rng, vocab), "qa_outputs.weight": rng.normal(0, 1, (2, D)),
-               "qa_outputs.bias": np.zeros(2)}
-    src = write_dir(tmp_path / "simple-qa", hf_config(vocab, "XLNetForQuestionAnsweringSimple"), tensors)
+    tensors = {**encoder_tensors(rng, vocab), "span_head.weight": rng.normal(0, 1, (2, D)),
+               "span_head.bias": np.zeros(2)}
+    src = write_dir(tmp_path / "span", hf_config(vocab, "XLNetForSpanClassification"), tensors)
     source = convert.read_transformers(src, allow_unused=True)
-    check("simple span QA: left out", [str(u) for u in source.left_out], "1 entry naming qa_outputs",
-          len(source.left_out) == 1 and "qa_outputs: bias [2], weight [2, 16]" in str(source.left_out[0]))
-    out = str(tmp_path / "simple-qa-out")
+    left_out = [str(u) for u in source.left_out]
+    check("unknown head: left out", left_out, "its architecture and its tensors",
+          len(left_out) == 2 and "XLNetForSpanClassification" in left_out[0] and "span_head: bias [2], weight [2, 16]"
+          in left_out[1])
+    out = str(tmp_path / "span-out")
     convert.convert_transformers(src, out, allow_unused=True)
     names = sorted(os.listdir(out))
-    check("simple span QA with allow_unused: files", names, "no finetune_config.json",
+    check("unknown head with allow_unused: files", names, "no finetune_config.json",
           "finetune_config.json" not in names and "xlnet_config.json" in names)
 
     # token classification converts (its logits' parity: test_token_classification)

@@ -68,6 +68,41 @@ def test_squad_head_matches_transformers(tmp_path):
     check("qa/cls_logits (training path)", training["cls_logits"], data["cls_logits"])
 
 
+def test_simple_squad_head_matches_transformers(tmp_path):
+    """XLNetForQuestionAnsweringSimple converts to `--squad-head simple`: start / end logits equal transformers'
+    at every real position; its candidates are paragraph positions scored by those logits."""
+    from xlnet_tf.heads import simple_squad_loss
+
+    model, finetune = load_finetuned(convert(tmp_path, "qa_simple"), dropout=0.0, dropatt=0.0)
+    assert finetune["task"] == "squad" and finetune["squad_head"] == "simple" and finetune["start_n_top"] == 20
+    data = arrays("qa_simple")
+    inputs = {k: data[k] for k in ENCODER + ("p_mask", "cls_index")}
+    out = model(inputs, training=False)
+    real = data["padding_mask"] > 0
+    for name in ("start_logits", "end_logits"):
+        check(f"qa_simple/{name} at real positions", np.asarray(out[name])[real], data[name][real])
+    paragraph = data["p_mask"] == 0
+    index = np.asarray(out["start_top_index"])
+    inside = [bool(paragraph[b, i]) for b in range(3) for i in index[b, :int(paragraph[b].sum())]]
+    print(f"top starts inside the paragraph or <cls>: {sum(inside)} of {len(inside)} (bound all)")
+    assert all(inside)
+    check("qa_simple/cls_logits = start + end logit at <cls>", out["cls_logits"],
+          data["start_logits"][:, -1] + data["end_logits"][:, -1])
+    # the loss over real positions (transformers' softmax also spans the padding: its loss is not the same)
+    total, count = simple_squad_loss(model(dict(inputs, start_positions=data["start_positions"]), training=False),
+                                     {"start_positions": data["start_positions"], "end_positions": data["end_positions"]})
+
+    def cross_entropy(logits, labels):
+        z = np.where(real, logits, -np.inf)
+        z = z - z.max(1, keepdims=True)
+        return -(z[np.arange(3), labels] - np.log(np.exp(z).sum(1)))
+
+    want = np.mean((cross_entropy(data["start_logits"], data["start_positions"])
+                    + cross_entropy(data["end_logits"], data["end_positions"])) / 2)
+    check("qa_simple/loss over real positions", float(total / count), want, 1e-5)
+    print(f"transformers' loss (its softmax over the padding too): {float(data['loss']):.6f}")
+
+
 def official_head_names(weight_dir, head):
     """transformers head tensors -> the published run_classifier / run_squad / run_race variable names."""
     t = load_file(os.path.join(weight_dir, "model.safetensors"))

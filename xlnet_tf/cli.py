@@ -149,6 +149,8 @@ def _finetune(args):
         raise UserError("--max-doc-len, --mem-len and --grad-segments need --long-doc memory")
     if args.task != "token-classification" and (args.tag_column != -1 or args.label_all_pieces):
         raise UserError("--tag-column and --label-all-pieces are for --task token-classification")
+    if args.task != "squad" and (args.squad_head != "beam" or args.max_answer_length != 64):
+        raise UserError("--squad-head and --max-answer-length are for --task squad")
     if args.doc_stride is not None and args.doc_stride < 1:
         raise UserError(f"--doc-stride must be at least 1, got {args.doc_stride}")
     setup = functools.partial(
@@ -157,7 +159,8 @@ def _finetune(args):
         doc_stride=args.doc_stride, max_query_len=args.max_query_len, epochs=args.epochs,
         mixed_precision=args.mixed_precision, bucket_boundaries=args.bucket_boundaries, long_doc=args.long_doc,
         max_doc_len=args.max_doc_len, mem_len=args.mem_len, grad_segments=args.grad_segments,
-        tag_column=args.tag_column, label_all_pieces=args.label_all_pieces,
+        tag_column=args.tag_column, label_all_pieces=args.label_all_pieces, squad_head=args.squad_head,
+        max_answer_length=args.max_answer_length,
         run_options=RunOptions(dropout=args.dropout, dropatt=args.dropatt, recompute=args.recompute),
     )
     probe = setup(config=None, spm_model=None)  # bad flags fail before any work
@@ -413,6 +416,13 @@ def build_parser():
     finetune.add_argument("--grad-segments", type=int, default=1,
                           help="with --long-doc memory: segments that receive gradient (1: the last only, memory "
                                "without gradient as the paper's stop_gradient)")
+    finetune.add_argument("--squad-head", choices=["beam", "simple"], default="beam",
+                          help="squad: beam (the original's: end logits conditioned on the start, top 5 x 5 spans, "
+                               "an answerability head) or simple (transformers' XLNetForQuestionAnsweringSimple: "
+                               "start / end logits from one dense layer, spans scored by start + end logit, the "
+                               "null answer by the <cls> score)")
+    finetune.add_argument("--max-answer-length", type=int, default=64,
+                          help="squad: pieces of a predicted answer at most (predict, evaluate, export)")
     finetune.add_argument("--tag-column", type=int, default=-1,
                           help="token-classification, CoNLL files: the tag's column (0 = the word's, -1 = the last)")
     finetune.add_argument("--label-all-pieces", action="store_true",

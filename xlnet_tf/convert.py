@@ -115,14 +115,11 @@ def _save(config, weights, out_dir, source, extra_files=(), finetune_config=None
 # config.json `architectures` entries this converter reads -> the head their tensors hold (None: encoder only)
 _HF_ARCHITECTURES = {"XLNetModel": None, "XLNetLMHeadModel": "lm", "XLNetForSequenceClassification": "sequence",
                      "XLNetForMultipleChoice": "sequence", "XLNetForQuestionAnswering": "squad",
-                     "XLNetForTokenClassification": "token"}
-# transformers' other XLNet heads (not implemented here) -> the module their tensors are under
-_HF_OTHER_HEADS = {"XLNetForQuestionAnsweringSimple": "qa_outputs"}
-_HF_OTHER_MODULES = {module: name for name, module in _HF_OTHER_HEADS.items()}
+                     "XLNetForTokenClassification": "token", "XLNetForQuestionAnsweringSimple": "squad_simple"}
 _HF_HEAD_MODULES = ("sequence_summary", "logits_proj", "start_logits", "end_logits", "answer_class", "lm_loss",
-                    "classifier")
+                    "classifier", "qa_outputs")
 _HF_HEAD_MARKS = {"squad": "start_logits.dense.weight", "sequence": "logits_proj.weight", "lm": "lm_loss.bias",
-                  "token": "classifier.weight"}
+                  "token": "classifier.weight", "squad_simple": "qa_outputs.weight"}
 _HF_TENSORS = "model.safetensors"
 _HF_INDEX = "model.safetensors.index.json"  # sharded safetensors
 # Weight files transformers may write instead of safetensors -> (what it is, from_pretrained's argument)
@@ -313,6 +310,11 @@ def _transformers_head(hf, tensors, take, max_seq_len, architecture, d_model, un
         weights["end_layer_norm/beta"] = take("end_logits.LayerNorm.bias")
         return weights, {"task": "squad", "start_n_top": hf.get("start_n_top", 5), "end_n_top": hf.get("end_n_top", 5),
                          "max_seq_len": max_seq_len}
+    if _HF_HEAD_MARKS["squad_simple"] in tensors:
+        # XLNetForQuestionAnsweringSimple: qa_outputs(sequence_output) -> start, end logits
+        put("qa_outputs", "qa_outputs")
+        return weights, {"task": "squad", "squad_head": "simple", "start_n_top": 20, "end_n_top": 20,
+                         "max_seq_len": max_seq_len}
     if _HF_HEAD_MARKS["token"] in tensors and _HF_HEAD_MARKS["sequence"] not in tensors:
         # XLNetForTokenClassification: classifier(sequence_output) at every position (problem_type unused)
         put("classifier", "classifier")
@@ -492,12 +494,8 @@ def read_transformers(src_dir, max_seq_len=512, *, allow_unused=False):
     for name in architectures:
         if name in _HF_ARCHITECTURES:
             continue
-        module = _HF_OTHER_HEADS.get(name)
-        head = sorted(n for n in tensors if module and n.split(".")[0] == module)
-        accounted.update(head)
-        shown = "; ".join(f"{m}: {parts}" for m, parts in _tensor_groups(head, tensors, original)) or "none"
         unused.append(Unused(
-            f"config.json architectures {name!r} (its tensors: {shown})",
+            f"config.json architectures {name!r}",
             f"a head xlnet-tf does not implement (it converts {', '.join(_HF_ARCHITECTURES)}); left out, the "
             "converted directory holds the encoder" + (" and any head it implements" if known else " only")))
     wants = _HF_ARCHITECTURES.get(architecture)
@@ -525,10 +523,7 @@ def read_transformers(src_dir, max_seq_len=512, *, allow_unused=False):
     for module, parts in _tensor_groups(sorted(set(tensors) - used - accounted), tensors, original):
         parts_of = module.removeprefix("transformer.").split(".")
         top = parts_of[0]
-        if top in _HF_OTHER_MODULES:
-            why = (f"the head of transformers' {_HF_OTHER_MODULES[top]}, which xlnet-tf does not implement; left "
-                   "out, the converted directory holds the encoder")
-        elif top in _HF_HEAD_MODULES:
+        if top in _HF_HEAD_MODULES:
             why = "tensors of a head that is not converted; left out"
         elif top == "layer" and len(parts_of) > 1 and parts_of[1].isdigit() and int(parts_of[1]) >= n_layer:
             why = f"beyond config.json's n_layer {n_layer}; left out"
@@ -553,8 +548,8 @@ def read_transformers(src_dir, max_seq_len=512, *, allow_unused=False):
 
 def convert_transformers(src_dir, out_dir, max_seq_len=512, *, allow_unused=False):
     """`xlnet-tf convert huggingface SRC OUT [--allow-unused]`: no torch needed. Heads
-    (XLNetForSequenceClassification, XLNetForQuestionAnswering, XLNetForMultipleChoice,
-    XLNetForTokenClassification) become fine-tuned directories. Copies `spiece.model` and writes the
+    (XLNetForSequenceClassification, XLNetForQuestionAnswering, XLNetForQuestionAnsweringSimple,
+    XLNetForMultipleChoice, XLNetForTokenClassification) become fine-tuned directories. Copies `spiece.model` and writes the
     tokenizer settings of tokenizer_config.json (do_lower_case, keep_accents, remove_space) as
     `xlnet_tokenizer.json` (and into a head's finetune_config.json). What `read_transformers` reports stops
     the conversion unless `allow_unused`. Returns the converted model."""

@@ -281,6 +281,55 @@ class XLNetForQuestionAnswering(_HeadModel):
         return outputs
 
 
+class XLNetForQuestionAnsweringSimple(_HeadModel):
+    """The simple span head (transformers' XLNetForQuestionAnsweringSimple, `--squad-head simple`): start and
+    end logits from one dense layer `qa_outputs` [d, 2] at every position, padding masked.
+
+    Outputs: `start_logits`, `end_logits` [B, T] (masked at padding; training: given `start_positions`), and at
+    inference the candidates `squad_predictions` / `graph_features.squad_best_spans` read, in the beam head's
+    layout but scored by raw logits as transformers scores spans (start logit + end logit): the top
+    `start_n_top` starts and `end_n_top` ends (positions outside the paragraph, `p_mask`, left out) as
+    `start_top_log_probs` / `start_top_index` [B, k1] and `end_top_log_probs` / `end_top_index` [B, k1 * k2]
+    (the same ends for every start), and `cls_logits` [B] = the start + end logits at `cls_index` (the null
+    answer's score)."""
+
+    head_kwargs = ("start_n_top", "end_n_top", "squad_head")
+
+    def __init__(self, config, run_options=None, start_n_top=20, end_n_top=20, squad_head="simple", **kwargs):
+        super().__init__(config, run_options, start_n_top=start_n_top, end_n_top=end_n_top, squad_head=squad_head,
+                         **kwargs)
+        self.start_n_top, self.end_n_top = start_n_top, end_n_top
+        self.qa_outputs = Dense(config.d_model, 2, name="qa_outputs", **self._sub)
+        self.qa_outputs.build()
+
+    def call(self, inputs, training=False):
+        hidden = self.encode(inputs, training)
+        logits = tf.cast(self.qa_outputs(hidden), tf.float32)
+        padding = 1.0 - tf.cast(inputs["padding_mask"], tf.float32)
+        start_logits, end_logits = (_mask_logits(logits[..., i], padding) for i in (0, 1))
+        outputs = {"start_logits": start_logits, "end_logits": end_logits}
+        if inputs.get("start_positions") is not None:
+            return outputs
+        cls_index = tf.cast(inputs["cls_index"], tf.int32)
+        outputs["cls_logits"] = (tf.gather(start_logits, cls_index, axis=1, batch_dims=1)
+                                 + tf.gather(end_logits, cls_index, axis=1, batch_dims=1))
+        p_mask = tf.cast(inputs["p_mask"], tf.float32)
+        length = tf.shape(start_logits)[1]
+
+        def top(logits, k):  # k candidates (a static shape) even for rows narrower than k
+            extra = tf.fill([tf.shape(logits)[0], tf.maximum(k - length, 0)], tf.constant(MASKED, logits.dtype))
+            padded = tf.concat([_mask_logits(logits, p_mask), extra], 1)
+            values, index = tf.math.top_k(padded, k=k)
+            return values, tf.minimum(index, length - 1)  # a padded candidate: the last position, never valid
+
+        start_top, start_index = top(start_logits, self.start_n_top)
+        end_top, end_index = top(end_logits, self.end_n_top)
+        k1 = self.start_n_top
+        outputs.update(start_top_log_probs=start_top, start_top_index=start_index,
+                       end_top_log_probs=tf.tile(end_top, [1, k1]), end_top_index=tf.tile(end_index, [1, k1]))
+        return outputs
+
+
 # -- losses: (sum over examples, number of examples) per replica, for the training loop ------------------
 
 
@@ -310,6 +359,17 @@ def squad_loss(outputs, batch):
 multiple_choice_loss = classification_loss
 
 
+def simple_squad_loss(outputs, batch):
+    """(start + end cross-entropy) / 2 per example, as transformers' XLNetForQuestionAnsweringSimple (over the
+    row's real positions: padding is masked, so the loss does not depend on it)."""
+    start = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(batch["start_positions"], tf.int32),
+                                                           logits=outputs["start_logits"])
+    end = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(batch["end_positions"], tf.int32),
+                                                         logits=outputs["end_logits"])
+    losses = (start + end) * 0.5
+    return tf.reduce_sum(losses), tf.cast(tf.size(losses), tf.float32)
+
+
 def token_classification_loss(outputs, batch):
     """Cross-entropy summed over the scored positions (label id >= 0; `data.token_classification.IGNORE`
     elsewhere), divided by their number: transformers' mean over positions that are not ignore_index."""
@@ -327,8 +387,9 @@ TASKS = ("classification", "regression", "squad", "race", "token-classification"
 
 
 def build_head_model(task, config, run_options=None, dtype=None, **head):
-    """The head model for a task: classification (num_labels), regression, squad (start_n_top, end_n_top),
-    race (multiple choice), token-classification (num_labels)."""
+    """The head model for a task: classification (num_labels), regression, squad (squad_head "beam", the
+    original's, or "simple"; start_n_top, end_n_top), race (multiple choice), token-classification
+    (num_labels)."""
     document = {k: head[k] for k in DOCUMENT_KWARGS if k in head} if head.get("segment_len") else {}
     if document and task in ("squad", "token-classification"):
         raise ConfigError("long documents with memory (segment_len) are for classification, regression and race")
@@ -337,7 +398,12 @@ def build_head_model(task, config, run_options=None, dtype=None, **head):
                                               **document)
     if task == "regression":
         return XLNetForSequenceClassification(config, run_options, regression=True, dtype=dtype, **document)
+    if task == "squad" and head.get("squad_head", "beam") == "simple":
+        return XLNetForQuestionAnsweringSimple(config, run_options, start_n_top=head.get("start_n_top", 20),
+                                               end_n_top=head.get("end_n_top", 20), dtype=dtype)
     if task == "squad":
+        if head.get("squad_head", "beam") != "beam":
+            raise ConfigError(f"squad_head must be 'beam' or 'simple', got {head['squad_head']!r}")
         return XLNetForQuestionAnswering(config, run_options, start_n_top=head.get("start_n_top", 5),
                                          end_n_top=head.get("end_n_top", 5), dtype=dtype)
     if task == "race":
@@ -349,7 +415,7 @@ def build_head_model(task, config, run_options=None, dtype=None, **head):
 
 def head_arguments(finetune_config):
     """`build_head_model`'s head arguments recorded in a finetune_config (long documents: segment_len)."""
-    keys = ("num_labels", "start_n_top", "end_n_top")
+    keys = ("num_labels", "start_n_top", "end_n_top", "squad_head")
     head = {k: finetune_config[k] for k in keys if k in finetune_config}
     if finetune_config.get("long_doc") == "memory":
         head.update(segment_len=finetune_config["max_seq_len"], mem_len=finetune_config["mem_len"])

@@ -50,6 +50,9 @@ class FinetuneSetup:
     starts of a long sentence's windows (default (max_seq_len - 2) // 2).
     tag_column, label_all_pieces: token-classification: the tag's column in CoNLL files (-1: the last) and
     whether every piece of a word carries its tag in the loss (default: its first piece only).
+    squad_head: SQuAD: "beam" (the original's: end conditioned on the start, answerability head) or "simple"
+    (transformers' XLNetForQuestionAnsweringSimple: start / end logits from one dense layer, spans scored by
+    start + end logit, the null answer by the <cls> score); max_answer_length: pieces of a predicted answer.
     """
 
     task: str
@@ -73,8 +76,14 @@ class FinetuneSetup:
     grad_segments: int = 1
     tag_column: int = -1
     label_all_pieces: bool = False
+    squad_head: str = "beam"
+    max_answer_length: int = 64
 
     def __post_init__(self):
+        if self.squad_head not in SQUAD_HEADS:
+            raise UserError(f"--squad-head must be one of {', '.join(SQUAD_HEADS)}, got {self.squad_head!r}")
+        if self.max_answer_length < 1:
+            raise UserError(f"--max-answer-length must be at least 1, got {self.max_answer_length}")
         if self.long_doc not in LONG_DOC_MODES:
             raise UserError(f"--long-doc must be one of {', '.join(LONG_DOC_MODES)}, got {self.long_doc!r}")
         if self.long_doc == "truncate":
@@ -104,6 +113,7 @@ class FinetuneSetup:
 
 
 LONG_DOC_MODES = ("truncate", "memory")
+SQUAD_HEADS = ("beam", "simple")
 
 
 def token_doc_stride(max_seq_len):
@@ -248,9 +258,11 @@ LEFT_PADDED = {"classification": True, "regression": True, "race": True, "squad"
                "token-classification": True}
 
 
-def _loss_fn(task):
+def _loss_fn(task, squad_head="beam"):
     from xlnet_tf import heads
 
+    if task == "squad" and squad_head == "simple":
+        return heads.simple_squad_loss
     return {"classification": heads.classification_loss, "regression": heads.regression_loss,
             "squad": heads.squad_loss, "race": heads.multiple_choice_loss,
             "token-classification": heads.token_classification_loss}[task]
@@ -296,7 +308,9 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
         finetune_config.update(num_choices=int(train.features["input_ids"].shape[1]),
                                max_qa_len=race_qa_len(setup.max_seq_len))
     if setup.task == "squad":
-        finetune_config.update(start_n_top=5, end_n_top=5)
+        top = 20 if setup.squad_head == "simple" else 5  # transformers' n_best_size / the original's
+        finetune_config.update(squad_head=setup.squad_head, start_n_top=top, end_n_top=top,
+                               max_answer_length=setup.max_answer_length)
     width = document_width(setup.max_seq_len, setup.doc_len)
     finetune_config["long_doc"] = setup.long_doc
     if setup.long_doc == "memory":  # mem_len 0: everything before the last segment
@@ -332,7 +346,8 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
     plan = buckets.training_plan(strata, options.train_steps, options.grad_accum_steps, replicas, options.seed)
     inputs = TaskInput(train.features, INPUTS[setup.task] + LABELS[setup.task], setup.task, plan)
     assert isinstance(options, TrainingOptions)
-    trainer = Trainer(strategy, build_model, _loss_fn(setup.task), None, options, setup.model_dir, inputs=inputs)
+    trainer = Trainer(strategy, build_model, _loss_fn(setup.task, setup.squad_head), None, options, setup.model_dir,
+                      inputs=inputs)
     records = trainer.train()
     results = None
     if setup.eval_file and not trainer.stopped_by_signal:
@@ -426,10 +441,11 @@ def distributed_inference(model, strategy, batch_size):
 POSITION_OUTPUTS = {"squad": ("start_logits", "end_logits"), "token-classification": ("logits",)}
 
 
-def squad_predictions(data, outputs, max_answer_length=64):
+def squad_predictions(data, outputs, max_answer_length=64, relative_null=False):
     """Best answer text and null score (min cls_logits over windows) per question, as the original's
     `write_predictions`: candidates are the top start x end pairs inside the paragraph, end >= start, at most
-    `max_answer_length` tokens, starting where the window has the token's maximal context."""
+    `max_answer_length` tokens, starting where the window has the token's maximal context. `relative_null`
+    (the simple head, as transformers): the null score minus the best span's score."""
     f = data.features
     best = {}
     null = {}
@@ -453,6 +469,8 @@ def squad_predictions(data, outputs, max_answer_length=64):
                     text = example.context[int(f["token_char_start"][row, start]): int(f["token_char_end"][row, end])]
                     best[qid] = (score, text)
     answers = {example.qas_id: best.get(example.qas_id, (0.0, ""))[1] for example in data.examples}
+    if relative_null:
+        null = {qid: score - best[qid][0] if qid in best else score for qid, score in null.items()}
     return answers, null
 
 
@@ -481,7 +499,8 @@ def _predictions(task, data, outputs, finetune_config):
     if task == "token-classification":
         return token_predictions(data, outputs, finetune_config), None, None
     if task == "squad":
-        answers, null = squad_predictions(data, outputs)
+        answers, null = squad_predictions(data, outputs, finetune_config.get("max_answer_length", 64),
+                                          relative_null=finetune_config.get("squad_head") == "simple")
         return [{"id": q, "answer": a, "null_odds": null[q]} for q, a in answers.items()], answers, null
     if task == "regression":
         return [{"prediction": float(p)} for p in outputs["predictions"]], None, None
