@@ -10,7 +10,7 @@ batch, and `assets.extra/tf_serving_warmup_requests`.
 Signatures:
     classifier: serving_default(text) -> logits [B,2], probabilities [B,2], label_id [B] int64, label [B]
                 pair(text_a, text_b) -> the same; encode(text) -> sequence_output [B,8,4],
-                pooled_output [B,4], padding_mask [B,8]; slow(seconds [B] float) -> elapsed [B]
+                pooled_output [B,4], padding_mask [B,8]; slow(seconds [B] float) -> elapsed [B] (= seconds), slept [B] (the sleep as timed inside)
                 (sleeps max(seconds), without using CPU); busy(text) -> score [B] (BUSY_STEPS
                 tanh(x W) steps of width BUSY_WIDTH per text: CPU time proportional to the batch);
                 scale(x [B,1] float) -> y = 2x (any shape the graph takes); on serialized tf.Examples whose bytes feature
@@ -96,11 +96,16 @@ def _module(kind, offset):
         def slow(self, seconds):
             micros = tf.cast(tf.reduce_max(tf.concat([seconds, [0.0]], 0)) * 1e6, tf.int64)
             empty = tf.data.Dataset.range(0)
-            sleeping = tf.raw_ops.SleepDataset(input_dataset=empty._variant_tensor, sleep_microseconds=micros,
-                                               output_types=[tf.int64], output_shapes=[[]])
-            total = tf.data.experimental.from_variant(sleeping, empty.element_spec).reduce(
-                tf.constant(0, tf.int64), lambda a, b: a + b)
-            return {"elapsed": seconds + tf.cast(total, tf.float32)}
+            began = tf.timestamp()
+            with tf.control_dependencies([began]):
+                sleeping = tf.raw_ops.SleepDataset(input_dataset=empty._variant_tensor, sleep_microseconds=micros,
+                                                   output_types=[tf.int64], output_shapes=[[]])
+                total = tf.data.experimental.from_variant(sleeping, empty.element_spec).reduce(
+                    tf.constant(0, tf.int64), lambda a, b: a + b)
+            with tf.control_dependencies([total]):
+                slept = tf.timestamp() - began  # as the servable's clock (the wall clock) saw the sleep
+            return {"elapsed": seconds + tf.cast(total, tf.float32),
+                    "slept": tf.fill(tf.shape(seconds), tf.cast(slept, tf.float32))}
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
         def busy(self, text):
