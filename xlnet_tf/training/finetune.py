@@ -89,8 +89,9 @@ class FinetuneSetup:
         if self.long_doc == "truncate":
             return
         if self.task in ("squad", "token-classification"):
-            raise UserError(f"--long-doc memory is for classification, regression and race; {self.task} reads "
-                            "long texts as --doc-stride windows")
+            what = "SQuAD reads long contexts" if self.task == "squad" else "token classification reads long sentences"
+            raise UserError(f"--long-doc memory is for classification, regression and race; {what} as --doc-stride "
+                            "windows")
         if self.max_doc_len is None or self.max_doc_len < self.max_seq_len:
             raise UserError(f"--long-doc memory needs --max-doc-len of at least --max-seq-len ({self.max_seq_len}), "
                             f"got {self.max_doc_len}")
