@@ -48,7 +48,10 @@ Signatures (B = batch, L = max_seq_len, T = the request's width: its longest row
 
 * classification: ``serving_default(text)`` -- or ``(text_a, text_b)`` for a model trained on pairs --
   -> ``logits`` float32 [B, C], ``probabilities`` float32 [B, C], ``label_id`` int64 [B], ``label`` string
-  [B] (the class name). Regression: -> ``prediction`` float32 [B].
+  [B] (the class name). Regression: -> ``prediction`` float32 [B]. Multi-label: -> ``logits`` / ``scores``
+  float32 [B, C] (each label's sigmoid), ``label_applies`` int32 [B, C] (score >= the label's recorded
+  threshold), ``labels`` string [B, K] (the labels that apply, in label order, padded with ""; K: the
+  request's most) and ``num_predicted`` int64 [B]; its Classify gives every label with its score.
   TensorFlow Serving's Classify / Regress API: ``classification(inputs)`` (method
   ``tensorflow/serving/classify``; classification models) and ``regression(inputs)`` (method
   ``tensorflow/serving/regress``; regression models) take serialized ``tf.Example`` s ``inputs`` string [B],
@@ -156,7 +159,7 @@ def _check_free(export_base, version):
 def _warmup_inputs(task, finetune_config):
     """serving_default inputs (name -> list / nested list of str) for a few realistic requests."""
     texts = _WARMUP_TEXTS
-    if task in ("classification", "regression"):
+    if task in ("classification", "regression", "multi-label"):
         if finetune_config.get("pairs"):
             return [{"text_a": [t], "text_b": [u]} for t, u in zip(texts, texts[::-1])] + [
                 {"text_a": texts, "text_b": texts[::-1]}]

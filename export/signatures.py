@@ -165,8 +165,10 @@ class _Graphs:
 
 # The signatures on serialized tf.Examples, by task, with TensorFlow Serving's method names (set on the saved
 # SignatureDefs by the exporter: tf.saved_model.save writes every signature as a predict one).
-EXAMPLE_SIGNATURES = {"classification": "classification", "regression": "regression"}
-EXAMPLE_METHODS = {"classification": "tensorflow/serving/classify", "regression": "tensorflow/serving/regress"}
+EXAMPLE_SIGNATURES = {"classification": "classification", "regression": "regression", "multi-label": "classification"}
+EXAMPLE_METHODS = {"classification": "tensorflow/serving/classify", "regression": "tensorflow/serving/regress",
+                   "multi-label": "tensorflow/serving/classify"}
+SENTENCE_TASKS = ("classification", "regression", "multi-label")  # serving_default(text) or (text_a, text_b)
 
 
 def parse_text_examples(serialized, feature_names):
@@ -212,7 +214,7 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
     root.tokenizer = tokenizer
     root.variables = _backing(model.variables)
     root.trainable_variables = _backing(model.trainable_variables)
-    pairs = bool(finetune_config.get("pairs")) and task in ("classification", "regression")
+    pairs = bool(finetune_config.get("pairs")) and task in SENTENCE_TASKS
     text_inputs = [_text_spec("text_a"), _text_spec("text_b")] if pairs else [_text_spec("text")]
     signatures = {}
 
@@ -232,13 +234,21 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
             return g.encode(g.classification_inputs(text))
     signatures["encode"] = encode.get_concrete_function()
 
-    if task in ("classification", "regression"):
+    if task in SENTENCE_TASKS:
         def answers(features):
             out = g.head({k: features[k] for k in ("input_ids", "segment_ids", "padding_mask")})
             if task == "regression":
                 return {"prediction": out["predictions"]}
             logits = out["logits"]
             names = finetune_config.get("label_names") or [str(i) for i in range(logits.shape[-1])]
+            if task == "multi-label":  # each label's sigmoid against its recorded threshold
+                scores = tf.sigmoid(logits)
+                thresholds = tf.constant(finetune_config.get("thresholds") or [0.5] * len(names), tf.float32)
+                applies = scores >= thresholds[None]
+                chosen = tf.ragged.boolean_mask(tf.broadcast_to(tf.constant([str(n) for n in names]),
+                                                                tf.shape(scores)), applies)
+                return {"logits": logits, "scores": scores, "label_applies": tf.cast(applies, tf.int32),
+                        "labels": _dense(chosen, ""), "num_predicted": chosen.row_lengths()}
             label_id = tf.argmax(logits, -1)  # first maximum, as numpy's argmax
             return {"logits": logits, "probabilities": tf.nn.softmax(logits, -1), "label_id": label_id,
                     "label": tf.gather(tf.constant([str(n) for n in names]), label_id)}
@@ -268,8 +278,9 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
             if task == "regression":
                 return {"outputs": out["prediction"]}
             names = finetune_config.get("label_names") or [str(i) for i in range(out["logits"].shape[-1])]
-            classes = tf.broadcast_to(tf.constant([str(n) for n in names]), tf.shape(out["probabilities"]))
-            return {"classes": classes, "scores": out["probabilities"]}
+            scores = out["scores"] if task == "multi-label" else out["probabilities"]  # every label, its score
+            classes = tf.broadcast_to(tf.constant([str(n) for n in names]), tf.shape(scores))
+            return {"classes": classes, "scores": scores}
 
         signatures[EXAMPLE_SIGNATURES[task]] = on_examples.get_concrete_function()
 

@@ -413,6 +413,9 @@ def add_query_arguments(parser):
 
 
 def _format_classification(index, text, row):
+    if "labels" in row:  # multi-label
+        scores = ", ".join(f"{p:.3f}" for p in row["scores"])
+        return f"[{index}] {text!r}: {', '.join(row['labels']) or 'no label'}  scores [{scores}]"
     if "prediction" in row:
         return f"[{index}] {text!r}: prediction {row['prediction']:.6g}"
     probabilities = row.get("probabilities") or []

@@ -237,7 +237,8 @@ class Client:
         """Classification (or regression) of texts or text pairs -> one dict per text.
 
         api "predict" (signature default "serving_default"): classification {"label", "label_id",
-        "probabilities", "logits"}, regression {"prediction"}; the input names (`text`, or `text_a` + `text_b`)
+        "probabilities", "logits"}, multi-label {"labels" (those at or above their thresholds), "scores",
+        "logits"}, regression {"prediction"}; the input names (`text`, or `text_a` + `text_b`)
         are read from the model's signature. api "classify": TensorFlow Serving's Classify on tf.Examples
         (features `text`, or `text_a` + `text_b`; signature default "classification") -> {"label" (the
         highest score's class), "label_id", "probabilities" (the scores), "classes"}.
@@ -278,6 +279,9 @@ class Client:
                 results.append({"prediction": float(np.asarray(outputs["prediction"][i]).reshape(-1)[0])})
                 continue
             row = {}
+            if "num_predicted" in outputs:  # multi-label: the labels that apply, every label's score
+                row["labels"] = [_text(v) for v in outputs["labels"][i][:int(outputs["num_predicted"][i])]]
+                row["scores"] = [float(p) for p in outputs["scores"][i]]
             if "label" in outputs:
                 row["label"] = _text(outputs["label"][i])
             if "label_id" in outputs:

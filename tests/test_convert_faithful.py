@@ -154,7 +154,7 @@ def test_clean_directories_convert_with_every_tensor_used(tmp_path, vocab, capsy
     check("LM head: max |lm_bias - source|", diff, "<= 1e-7", diff <= 1e-7)
 
 
-@pytest.mark.parametrize("case", ["unknown_head", "summary_type", "extra_tensor", "multi_label"])
+@pytest.mark.parametrize("case", ["unknown_head", "summary_type", "extra_tensor", "problem_type"])
 def test_unimplemented_things_stop_the_conversion_naming_them(tmp_path, vocab, capsys, case):
     rng = np.random.default_rng(1)
     tensors = encoder_tensors(rng, vocab)
@@ -171,9 +171,9 @@ def test_unimplemented_things_stop_the_conversion_naming_them(tmp_path, vocab, c
         tensors["transformer.adapter.down.weight"] = rng.normal(0, 0.3, (4, D))
         wanted = ["transformer.adapter.down: weight [4, 16]"]
     else:
-        config = hf_config(vocab, "XLNetForSequenceClassification", problem_type="multi_label_classification")
+        config = hf_config(vocab, "XLNetForSequenceClassification", problem_type="ordinal_regression")
         tensors.update(classification_tensors(rng))
-        wanted = ["config.json problem_type = 'multi_label_classification'"]
+        wanted = ["config.json problem_type = 'ordinal_regression'"]
     src = write_dir(tmp_path / case, config, tensors)
     code, err = refused(src, capsys)
     print(err)
@@ -194,13 +194,13 @@ def test_every_problem_listed_at_once_and_allow_unused_converts(tmp_path, vocab,
     tensors = {**encoder_tensors(rng, vocab), **classification_tensors(rng),
                "pooler.dense.weight": rng.normal(0, 1, (D, D))}
     config = hf_config(vocab, "XLNetForSequenceClassification", summary_type="mean", layer_norm_eps=1e-5,
-                       problem_type="multi_label_classification", bi_data=True, clamp_len=16)
+                       problem_type="ordinal_regression", bi_data=True, clamp_len=16)
     src = write_dir(tmp_path / "many", config, tensors)
     code, err = refused(src, capsys)
     print(err)
     listed = [line for line in err.splitlines() if line.startswith("  - ")]
     check("problems listed in one message", len(listed), "== 6", code == 2 and len(listed) == 6)
-    for text in ("summary_type = 'mean'", "layer_norm_eps = 1e-05", "multi_label_classification", "bi_data = True",
+    for text in ("summary_type = 'mean'", "layer_norm_eps = 1e-05", "ordinal_regression", "bi_data = True",
                  "clamp_len = 16", "pooler.dense: weight [16, 16]"):
         check(f"message names {text!r}", text in err, True, text in err)
 

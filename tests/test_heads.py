@@ -68,6 +68,22 @@ def test_squad_head_matches_transformers(tmp_path):
     check("qa/cls_logits (training path)", training["cls_logits"], data["cls_logits"])
 
 
+def test_multi_label_head_matches_transformers(tmp_path):
+    """problem_type multi_label_classification converts to the multi-label task: sigmoid scores and the binary
+    cross-entropy equal transformers'."""
+    import tensorflow as tf
+
+    from xlnet_tf.heads import multi_label_loss
+
+    model, finetune = load_finetuned(convert(tmp_path, "multi_label"), dropout=0.0, dropatt=0.0)
+    assert finetune["task"] == "multi-label" and finetune["num_labels"] == 4 and finetune["thresholds"] == [0.5] * 4
+    data = arrays("multi_label")
+    logits = model({k: data[k] for k in ENCODER}, training=False)["logits"]
+    check("multi_label/sigmoid scores", tf.sigmoid(logits), data["scores"])
+    total, count = multi_label_loss({"logits": logits}, {"label_ids": data["labels"]})
+    check("multi_label/loss (BCE, mean over examples and labels)", float(total / count), data["loss"], 1e-5)
+
+
 def test_simple_squad_head_matches_transformers(tmp_path):
     """XLNetForQuestionAnsweringSimple converts to `--squad-head simple`: start / end logits equal transformers'
     at every real position; its candidates are paragraph positions scored by those logits."""

@@ -149,6 +149,10 @@ def _finetune(args):
         raise UserError("--max-doc-len, --mem-len and --grad-segments need --long-doc memory")
     if args.task != "token-classification" and (args.tag_column != -1 or args.label_all_pieces):
         raise UserError("--tag-column and --label-all-pieces are for --task token-classification")
+    if args.task != "multi-label" and (args.label_separator != "," or args.tune_thresholds):
+        raise UserError("--label-separator and --tune-thresholds are for --task multi-label")
+    if args.tune_thresholds and not args.eval_file:
+        raise UserError("--tune-thresholds tunes on --eval-file: give one")
     if args.task != "squad" and (args.squad_head != "beam" or args.max_answer_length != 64):
         raise UserError("--squad-head and --max-answer-length are for --task squad")
     if args.doc_stride is not None and args.doc_stride < 1:
@@ -160,7 +164,8 @@ def _finetune(args):
         mixed_precision=args.mixed_precision, bucket_boundaries=args.bucket_boundaries, long_doc=args.long_doc,
         max_doc_len=args.max_doc_len, mem_len=args.mem_len, grad_segments=args.grad_segments,
         tag_column=args.tag_column, label_all_pieces=args.label_all_pieces, squad_head=args.squad_head,
-        max_answer_length=args.max_answer_length,
+        max_answer_length=args.max_answer_length, label_separator=args.label_separator,
+        tune_thresholds=args.tune_thresholds,
         run_options=RunOptions(dropout=args.dropout, dropatt=args.dropatt, recompute=args.recompute),
     )
     probe = setup(config=None, spm_model=None)  # bad flags fail before any work
@@ -379,10 +384,13 @@ def build_parser():
     finetune = commands.add_parser("finetune", help="fine-tune on classification, regression, SQuAD, RACE or token "
                                    "classification")
     finetune.add_argument("--task", required=True,
-                          choices=["classification", "regression", "squad", "race", "token-classification"],
+                          choices=["classification", "regression", "squad", "race", "token-classification",
+                                   "multi-label"],
                           help="token-classification: tagged words (named entities, part of speech, slots) from "
                                "CoNLL-style files (a word per line, the tag in --tag-column, blank lines between "
-                               "sentences) or JSONL ({\"tokens\": [...], \"tags\": [...]})")
+                               "sentences) or JSONL ({\"tokens\": [...], \"tags\": [...]}); multi-label: texts "
+                               "with any number of labels (JSONL: a list; TSV / CSV: --label-separator), each label "
+                               "its own sigmoid and binary cross-entropy")
     finetune.add_argument("--train-file", required=True)
     finetune.add_argument("--eval-file", help="evaluated after training (metrics in MODEL_DIR/eval_results.json)")
     finetune.add_argument("--spm-model", help="default: INIT_CHECKPOINT/spiece.model")
@@ -423,6 +431,12 @@ def build_parser():
                                "null answer by the <cls> score)")
     finetune.add_argument("--max-answer-length", type=int, default=64,
                           help="squad: pieces of a predicted answer at most (predict, evaluate, export)")
+    finetune.add_argument("--label-separator", default=",",
+                          help="multi-label, TSV / CSV: what separates the labels of one field (an empty field: no "
+                               "label)")
+    finetune.add_argument("--tune-thresholds", action="store_true",
+                          help="multi-label: tune each label's threshold on --eval-file for its best F1 (default "
+                               "0.5 each); recorded, used by evaluate, predict and export")
     finetune.add_argument("--tag-column", type=int, default=-1,
                           help="token-classification, CoNLL files: the tag's column (0 = the word's, -1 = the last)")
     finetune.add_argument("--label-all-pieces", action="store_true",

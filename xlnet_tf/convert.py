@@ -335,14 +335,11 @@ def _transformers_head(hf, tensors, take, max_seq_len, architecture, d_model, un
                                  "xlnet-tf's regression head has one output; left out with the whole head (its "
                                  "tensors are listed)"))
             return {}, None
+    elif problem_type == "multi_label_classification":
+        task = "multi-label"  # each label's own sigmoid over the same logits
     else:
         task = "classification"
-        if problem_type == "multi_label_classification":
-            unused.append(Unused("config.json problem_type = 'multi_label_classification'",
-                                 "xlnet-tf's classification picks one label per example (softmax, argmax), not "
-                                 "each label by its own sigmoid; left out, it converts as single-label "
-                                 "classification over the same logits"))
-        elif problem_type not in (None, "single_label_classification"):
+        if problem_type not in (None, "single_label_classification"):
             unused.append(Unused(f"config.json problem_type = {problem_type!r}",
                                  "transformers knows regression, single_label_classification and "
                                  "multi_label_classification; left out, it converts as single-label classification"))
@@ -355,8 +352,11 @@ def _transformers_head(hf, tensors, take, max_seq_len, architecture, d_model, un
         return weights, {"task": "race", "max_seq_len": max_seq_len}
     if task == "regression":
         return weights, {"task": "regression", "max_seq_len": max_seq_len}
-    return weights, {"task": "classification", "num_labels": num_labels,
-                     "label_names": _label_names(hf, num_labels), "max_seq_len": max_seq_len}
+    head = {"task": task, "num_labels": num_labels, "label_names": _label_names(hf, num_labels),
+            "max_seq_len": max_seq_len}
+    if task == "multi-label":
+        head["thresholds"] = [0.5] * num_labels  # transformers' pipeline: a label applies when its sigmoid > 0.5
+    return weights, head
 
 
 def _label_names(hf, num_labels):

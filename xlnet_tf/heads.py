@@ -339,6 +339,14 @@ def classification_loss(outputs, batch):
     return tf.reduce_sum(losses), tf.cast(tf.size(losses), tf.float32)
 
 
+def multi_label_loss(outputs, batch):
+    """Binary cross-entropy of every label's sigmoid, averaged over the labels, per example (transformers'
+    BCEWithLogitsLoss for problem_type multi_label_classification: the mean over examples and labels)."""
+    losses = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=tf.cast(batch["label_ids"], tf.float32), logits=outputs["logits"]), -1)
+    return tf.reduce_sum(losses), tf.cast(tf.size(losses), tf.float32)
+
+
 def regression_loss(outputs, batch):
     errors = tf.square(outputs["predictions"] - tf.cast(batch["label_ids"], tf.float32))
     return tf.reduce_sum(errors), tf.cast(tf.size(errors), tf.float32)
@@ -383,17 +391,17 @@ def token_classification_loss(outputs, batch):
 # -- fine-tuned directories: the checkpoint plus finetune_config.json (task, labels, max_seq_len, head) --------
 
 FINETUNE_FILE = "finetune_config.json"
-TASKS = ("classification", "regression", "squad", "race", "token-classification")
+TASKS = ("classification", "regression", "squad", "race", "token-classification", "multi-label")
 
 
 def build_head_model(task, config, run_options=None, dtype=None, **head):
     """The head model for a task: classification (num_labels), regression, squad (squad_head "beam", the
     original's, or "simple"; start_n_top, end_n_top), race (multiple choice), token-classification
-    (num_labels)."""
+    (num_labels), multi-label (num_labels: each label's own sigmoid over the classification logits)."""
     document = {k: head[k] for k in DOCUMENT_KWARGS if k in head} if head.get("segment_len") else {}
     if document and task in ("squad", "token-classification"):
         raise ConfigError("long documents with memory (segment_len) are for classification, regression and race")
-    if task == "classification":
+    if task in ("classification", "multi-label"):  # multi-label: the same logits, each label's own sigmoid
         return XLNetForSequenceClassification(config, run_options, num_labels=head.get("num_labels", 2), dtype=dtype,
                                               **document)
     if task == "regression":

@@ -40,6 +40,8 @@ __all__ = [
     "race_accuracy",
     "entity_chunks",
     "token_classification_metrics",
+    "multi_label_metrics",
+    "tune_thresholds",
 ]
 
 
@@ -491,3 +493,63 @@ def token_classification_metrics(true_tag_seqs, pred_tag_seqs):
     return {"precision": p, "recall": r, "f1": f, "accuracy": correct_words / n_words, "per_type": per_type,
             "macro": macro, "weighted": weighted, "true_entities": true_all, "pred_entities": pred_all,
             "correct_entities": tp_all, "words": n_words, "sentences": len(true_seqs)}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Multi-label classification
+
+
+def _multi_hot(values, name):
+    array = np.asarray(values)
+    if array.ndim != 2:
+        raise UserError(f"{name}: expected [examples, labels], got shape {array.shape}")
+    return array.astype(bool)
+
+
+def multi_label_metrics(labels, predictions, label_names=None):
+    """Metrics of multi-label predictions: ``labels`` / ``predictions`` ``[N, C]`` (1 = the label applies).
+
+    Returns: ``micro_f1`` (over every (example, label) decision), ``macro_f1`` (the per-label F1 averaged
+    over the C labels; a label absent from both gold and predictions counts as F1 0, as scikit-learn's
+    ``zero_division=0``), ``per_label`` ({name: {"precision", "recall", "f1", "support"}}), ``subset_accuracy``
+    (examples whose predicted label set is exactly the gold set), ``micro_precision``, ``micro_recall``.
+    """
+    gold, pred = _multi_hot(labels, "labels"), _multi_hot(predictions, "predictions")
+    if gold.shape != pred.shape:
+        raise UserError(f"labels {gold.shape} and predictions {pred.shape} differ in shape")
+    names = list(label_names) if label_names is not None else [str(i) for i in range(gold.shape[1])]
+    tp = (gold & pred).sum(0)
+    n_pred, n_true = pred.sum(0), gold.sum(0)
+    per_label = {}
+    for name, t, p_, g in zip(names, tp, n_pred, n_true):
+        p, r, f = _prf(int(t), int(p_), int(g))
+        per_label[name] = {"precision": p, "recall": r, "f1": f, "support": int(g)}
+    micro_p, micro_r, micro_f = _prf(int(tp.sum()), int(n_pred.sum()), int(n_true.sum()))
+    return {"micro_f1": micro_f, "macro_f1": float(np.mean([v["f1"] for v in per_label.values()])) if names else 0.0,
+            "micro_precision": micro_p, "micro_recall": micro_r,
+            "subset_accuracy": float(np.mean((gold == pred).all(1))) if len(gold) else 0.0, "per_label": per_label}
+
+
+def tune_thresholds(labels, scores, default=0.5):
+    """Per label, the score threshold (predict the label when score >= threshold) with the best F1 on
+    ``labels`` / ``scores`` ``[N, C]``: candidates are the midpoints between consecutive distinct scores and
+    ``default``; ties go to the candidate nearest ``default``; a label without positives keeps ``default``.
+    -> list of C floats."""
+    gold = _multi_hot(labels, "labels")
+    scores = np.asarray(scores, np.float64)
+    out = []
+    for c in range(gold.shape[1]):
+        if not gold[:, c].any():
+            out.append(float(default))
+            continue
+        distinct = np.unique(scores[:, c])
+        candidates = np.concatenate([(distinct[1:] + distinct[:-1]) / 2, distinct[:1], [default]])
+        best = None
+        for threshold in candidates:
+            predicted = scores[:, c] >= threshold
+            f = _prf(int((predicted & gold[:, c]).sum()), int(predicted.sum()), int(gold[:, c].sum()))[2]
+            key = (f, -abs(threshold - default))
+            if best is None or key > best[0]:
+                best = (key, float(threshold))
+        out.append(best[1])
+    return out

@@ -130,8 +130,8 @@ def classification_features(examples, tokenizer, max_seq_len, label_list=None, m
     """Classification / regression features (``graph_features.classification_inputs``).
 
     Args:
-      examples: ``TextExample``s. Labels: all ``str`` (classification), all ``float`` (regression) or all
-        ``None`` (prediction).
+      examples: ``TextExample``s. Labels: all ``str`` (classification), all ``float`` (regression), all
+        tuples of ``str`` (multi-label) or all ``None`` (prediction).
       tokenizer: ``XLNetTokenizer``.
       max_seq_len: L, at least 3.
       label_list: classification label strings in id order; default: the labels present, sorted
@@ -141,8 +141,8 @@ def classification_features(examples, tokenizer, max_seq_len, label_list=None, m
     Returns:
       ``(features, report)``. features: ``input_ids``, ``segment_ids``, ``padding_mask`` int32 [N, L]
       (left-padded; [N, W] for documents), ``cls_index`` int32 [N] (= L - 1, W - 1 for documents), ``length``
-      int32 [N] (real tokens), ``label_ids`` [N] int32 (classification; -1 without labels) or float32
-      (regression). report: ``examples``,
+      int32 [N] (real tokens), ``label_ids`` [N] int32 (classification; -1 without labels), float32
+      (regression) or float32 [N, C] (multi-label: 1 for each of the example's labels). report: ``examples``,
       ``pairs``, ``truncated`` (examples that lost tokens), ``truncated_indices``, ``label_list``, ``task``.
     """
     if max_seq_len < 3:
@@ -156,6 +156,8 @@ def classification_features(examples, tokenizer, max_seq_len, label_list=None, m
         task = "regression"
     elif all(isinstance(lab, str) for lab in labels):
         task = "classification"
+    elif all(isinstance(lab, tuple) for lab in labels):
+        task = "multi-label"
     else:
         raise UserError("Examples mix labels of different kinds (text / number / missing).")
     if task == "classification":
@@ -166,6 +168,16 @@ def classification_features(examples, tokenizer, max_seq_len, label_list=None, m
                 raise UserError(f"{e.source or 'example'}: label {e.label!r} is not in the label list "
                                 f"{label_list}.")
         label_ids = np.array([label_map[lab] for lab in labels], np.int32)
+    elif task == "multi-label":
+        label_list = list(label_list) if label_list is not None else _sort_labels({x for lab in labels for x in lab})
+        label_map = {lab: i for i, lab in enumerate(label_list)}
+        label_ids = np.zeros([n, len(label_list)], np.float32)
+        for k, e in enumerate(examples):
+            missing = [lab for lab in e.label if lab not in label_map]
+            if missing:
+                raise UserError(f"{e.source or 'example'}: label {missing[0]!r} is not in the label list "
+                                f"{label_list}.")
+            label_ids[k, [label_map[lab] for lab in e.label]] = 1.0
     elif task == "regression":
         label_list = None
         label_ids = np.array(labels, np.float32)

@@ -291,8 +291,20 @@ def _resolve_columns(path, first, glue_task, text_a, text_b, label, has_header):
     return _Columns(a, b, lab, len(first), True, "columns", None)
 
 
-def _parse_label(value, task):
-    """-> (label, reason): ``str`` for classification, finite ``float`` for regression."""
+def _parse_label(value, task, separator=","):
+    """-> (label, reason): ``str`` for classification, finite ``float`` for regression, a tuple of ``str`` for
+    multi-label (a JSON list, or a string of labels separated by ``separator``; empty: no label)."""
+    if task == "multi-label":
+        if isinstance(value, str):
+            value = [part for part in value.split(separator)] if value.strip() else []
+        if not isinstance(value, list):
+            return None, f"multi-label labels {value!r} are not a list or a {separator!r}-separated string"
+        labels = []
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, (int, str)) or not str(item).strip():
+                return None, f"multi-label label {item!r} is not a non-empty string or an integer"
+            labels.append(str(item).strip())
+        return tuple(dict.fromkeys(labels)), None  # each label once, in order
     if task == "regression":
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             return None, f"regression label {value!r} is not a number"
@@ -310,7 +322,7 @@ def _parse_label(value, task):
 
 
 def read_examples(path, task="classification", text_a=None, text_b=None, label=None, *, glue_task=None,
-                  has_header=None, skip_bad_rows=False):
+                  has_header=None, skip_bad_rows=False, label_separator=","):
     """Read a classification or regression file into ``TextExample``s.
 
     Format by extension: ``.tsv`` (no quote processing, like GLUE), ``.csv`` (double-quote quoting),
@@ -329,7 +341,9 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
 
     Args:
       path: the file.
-      task: ``"classification"`` (labels kept as stripped strings) or ``"regression"`` (finite floats).
+      task: ``"classification"`` (labels kept as stripped strings), ``"regression"`` (finite floats) or
+        ``"multi-label"`` (a tuple of label strings per example: a JSON list, or in TSV / CSV / a JSON string
+        the labels separated by ``label_separator``; an empty field: no label).
       skip_bad_rows: skip malformed rows (wrong column count, bad JSON, bad label, non-UTF-8 bytes)
         instead of raising; they are counted in the report with their line numbers.
     Returns:
@@ -338,8 +352,8 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
     Raises:
       UserError naming the file (and line) for a missing or empty file, a bad header, or a bad row.
     """
-    if task not in ("classification", "regression"):
-        raise UserError(f"task must be 'classification' or 'regression', got {task!r}.")
+    if task not in ("classification", "regression", "multi-label"):
+        raise UserError(f"task must be 'classification', 'regression' or 'multi-label', got {task!r}.")
     path = os.fspath(path)
     fmt = _format_of(path)
     raw = _read_bytes(path)
@@ -376,7 +390,7 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
                 if key_label not in obj:
                     reject(line, f"missing label field {key_label!r}")
                     continue
-                value, reason = _parse_label(obj[key_label], task)
+                value, reason = _parse_label(obj[key_label], task, label_separator)
                 if reason:
                     reject(line, reason)
                     continue
@@ -400,7 +414,7 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
                 continue
             value = None
             if cols.label is not None:
-                value, reason = _parse_label(row[cols.label], task)
+                value, reason = _parse_label(row[cols.label], task, label_separator)
                 if reason:
                     reject(line, reason)
                     continue

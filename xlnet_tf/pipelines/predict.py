@@ -135,9 +135,11 @@ class LoadedExport:
 
 
 # Outputs padded to the longest row of a request, and the output that gives each row's own length (a token-
-# classification export's words and entities): a row's prediction keeps its own values only, whatever the batch.
+# classification export's words and entities, a multi-label export's labels): a row's prediction keeps its own
+# values only, whatever the batch.
 PADDED_OUTPUTS = {"num_words": ("words", "word_start", "word_end", "tags", "tag_id", "scores"),
-                  "num_entities": ("entity_text", "entity_type", "entity_start", "entity_end")}
+                  "num_entities": ("entity_text", "entity_type", "entity_start", "entity_end"),
+                  "num_predicted": ("labels",)}  # a multi-label export's labels that apply
 
 
 def output_rows(arrays, count):

@@ -25,6 +25,7 @@ INPUTS = {
     "race": ("input_ids", "segment_ids", "padding_mask"),
     "squad": ("input_ids", "segment_ids", "padding_mask", "p_mask", "cls_index"),
     "token-classification": ("input_ids", "segment_ids", "padding_mask"),
+    "multi-label": ("input_ids", "segment_ids", "padding_mask"),
 }
 LABELS = {
     "classification": ("label_ids",),
@@ -32,6 +33,7 @@ LABELS = {
     "race": ("label_ids",),
     "squad": ("start_positions", "end_positions", "is_impossible"),
     "token-classification": ("label_ids",),  # [B, T]: a tag id where a word is scored, IGNORE elsewhere
+    "multi-label": ("label_ids",),  # [B, C]: 1 for each of the example's labels
 }
 
 
@@ -53,6 +55,8 @@ class FinetuneSetup:
     squad_head: SQuAD: "beam" (the original's: end conditioned on the start, answerability head) or "simple"
     (transformers' XLNetForQuestionAnsweringSimple: start / end logits from one dense layer, spans scored by
     start + end logit, the null answer by the <cls> score); max_answer_length: pieces of a predicted answer.
+    label_separator, tune_thresholds: multi-label: what separates a TSV / CSV field's labels, and whether each
+    label's threshold is tuned on eval_file for the best F1 (default 0.5 each); thresholds are recorded.
     """
 
     task: str
@@ -78,6 +82,8 @@ class FinetuneSetup:
     label_all_pieces: bool = False
     squad_head: str = "beam"
     max_answer_length: int = 64
+    label_separator: str = ","
+    tune_thresholds: bool = False
 
     def __post_init__(self):
         if self.squad_head not in SQUAD_HEADS:
@@ -139,11 +145,12 @@ class TaskData:
 
 
 def load_task_data(task, path, tokenizer, max_seq_len, label_list=None, is_training=False, doc_stride=128,
-                   max_query_len=64, max_doc_len=None, tag_column=-1, label_all_pieces=False, labeled=True):
+                   max_query_len=64, max_doc_len=None, tag_column=-1, label_all_pieces=False, labeled=True,
+                   label_separator=","):
     """Reads `path` for `task` and builds its features with the one feature builder per task (long documents
     of up to `max_doc_len` tokens in segments of max_seq_len for classification, regression and race).
     Token classification: `tag_column` of CoNLL files, `label_all_pieces`; `labeled=False` reads only the
-    words (prediction input; a file's tags, if any, are not read)."""
+    words (prediction input; a file's tags, if any, are not read). Multi-label: `label_separator`."""
     from xlnet_tf.data import finetuning, readers
 
     if task == "token-classification":
@@ -155,8 +162,8 @@ def load_task_data(task, path, tokenizer, max_seq_len, label_list=None, is_train
         features, feature_report = tc.token_classification_features(
             examples, tokenizer, max_seq_len, label_list, doc_stride=doc_stride, label_all_pieces=label_all_pieces)
         return TaskData(examples, features, {**report, **feature_report})
-    if task in ("classification", "regression"):
-        examples, report = readers.read_examples(path, task=task)
+    if task in ("classification", "regression", "multi-label"):
+        examples, report = readers.read_examples(path, task=task, label_separator=label_separator)
         features, feature_report = finetuning.classification_features(examples, tokenizer, max_seq_len, label_list,
                                                                       max_doc_len=max_doc_len)
         return TaskData(examples, features, {**report, **feature_report})
@@ -197,10 +204,11 @@ def race_qa_len(max_seq_len):
     return min(128, max_seq_len - 3)
 
 
-def crop(batch, width, left_padded):
+def crop(batch, width, left_padded, fixed=()):
     """Per-position features (rank >= 2: [..., L]) of a batch cut to their last (left-padded rows) or first
-    (right-padded rows) `width` positions; the rest unchanged. Works on numpy arrays and tensors."""
-    return {k: (v[..., -width:] if left_padded else v[..., :width]) if len(v.shape) >= 2 else v
+    (right-padded rows) `width` positions; the rest (and the keys in `fixed`, e.g. multi-label's [B, C]
+    labels) unchanged. Works on numpy arrays and tensors."""
+    return {k: (v[..., -width:] if left_padded else v[..., :width]) if len(v.shape) >= 2 and k not in fixed else v
             for k, v in batch.items()}
 
 
@@ -216,6 +224,7 @@ class TaskInput:
     def __init__(self, features, keys, task, plan):
         self.features = {k: features[k] for k in keys}
         self.left_padded = LEFT_PADDED[task]
+        self.fixed = PER_EXAMPLE_LABELS.get(task, ())
         self.plan = plan
         self.rows_per_example = features["input_ids"].shape[1] if task == "race" else 1  # RACE: C option rows
         self._tables = None
@@ -239,8 +248,8 @@ class TaskInput:
             parts.append(rows[:, first:first + local].reshape(-1, count).astype(np.int32))
 
         def gather(*indices):
-            return tuple(crop({k: tf.gather(table, rows) for k, table in tables.items()}, width, self.left_padded)
-                         for rows, width in zip(indices, plan.strata.widths))
+            return tuple(crop({k: tf.gather(table, rows) for k, table in tables.items()}, width, self.left_padded,
+                              self.fixed) for rows, width in zip(indices, plan.strata.widths))
 
         dataset = tf.data.Dataset.from_tensor_slices(tuple(parts)).map(gather)
         return dataset.prefetch(tf.data.AUTOTUNE)
@@ -256,7 +265,9 @@ class TaskInput:
 
 # Which side each task's rows are padded on (the <cls> of classification / RACE rows is the last position).
 LEFT_PADDED = {"classification": True, "regression": True, "race": True, "squad": False,
-               "token-classification": True}
+               "token-classification": True, "multi-label": True}
+# Labels of rank 2 that are not per position (never cropped to a stratum's width).
+PER_EXAMPLE_LABELS = {"multi-label": ("label_ids",)}
 
 
 def _loss_fn(task, squad_head="beam"):
@@ -266,7 +277,7 @@ def _loss_fn(task, squad_head="beam"):
         return heads.simple_squad_loss
     return {"classification": heads.classification_loss, "regression": heads.regression_loss,
             "squad": heads.squad_loss, "race": heads.multiple_choice_loss,
-            "token-classification": heads.token_classification_loss}[task]
+            "token-classification": heads.token_classification_loss, "multi-label": heads.multi_label_loss}[task]
 
 
 def run_finetuning(setup: FinetuneSetup, options, strategy):
@@ -283,7 +294,8 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
     tokenizer = XLNetTokenizer(setup.spm_model, **tokenizer_settings(recorded, lower_case=setup.lower_case or None))
     train = load_task_data(setup.task, setup.train_file, tokenizer, setup.max_seq_len, is_training=True,
                            doc_stride=setup.stride, max_query_len=setup.max_query_len, max_doc_len=setup.doc_len,
-                           tag_column=setup.tag_column, label_all_pieces=setup.label_all_pieces)
+                           tag_column=setup.tag_column, label_all_pieces=setup.label_all_pieces,
+                           label_separator=setup.label_separator)
     rows = len(train.features["input_ids"])
     if rows == 0:
         raise UserError(f"{setup.train_file}: no training examples")
@@ -294,9 +306,12 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
         "task": setup.task, "max_seq_len": setup.max_seq_len, **tokenizer.settings,
         "spm_model": SPM_FILE, "doc_stride": setup.stride, "max_query_len": setup.max_query_len,
     }
-    if setup.task in ("classification", "regression"):
+    if setup.task in ("classification", "regression", "multi-label"):
         finetune_config["pairs"] = bool(train.report.get("pairs", 0))
-    if setup.task in ("classification", "token-classification"):
+    if setup.task == "multi-label":
+        labels = train.report["label_list"]
+        finetune_config.update(label_separator=setup.label_separator, thresholds=[0.5] * len(labels))
+    if setup.task in ("classification", "token-classification", "multi-label"):
         labels = train.report["label_list"]
         finetune_config.update(num_labels=len(labels), label_names=[str(label) for label in labels])
     if setup.task == "token-classification":
@@ -352,6 +367,12 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
     records = trainer.train()
     results = None
     if setup.eval_file and not trainer.stopped_by_signal:
+        if setup.tune_thresholds and setup.task == "multi-label":
+            data, outputs = _infer(trainer.model, finetune_config, setup.eval_file, tokenizer, 32, strategy)
+            finetune_config["thresholds"] = metrics.tune_thresholds(data.features["label_ids"],
+                                                                    _sigmoid(outputs["logits"]))
+            files.write_json(files.join(setup.model_dir, FINETUNE_FILE), finetune_config)
+            log.info("thresholds tuned on %s: %s", setup.eval_file, finetune_config["thresholds"])
         results = evaluate_model(trainer.model, finetune_config, setup.eval_file, tokenizer, strategy=strategy)
         files.write_json(files.join(setup.model_dir, EVAL_FILE), results, sort_keys=False)
     return trainer, records, results
@@ -495,8 +516,24 @@ def token_predictions(data, outputs, finetune_config):
     return rows
 
 
+def _sigmoid(logits):
+    return 1.0 / (1.0 + np.exp(-np.asarray(logits, np.float64)))
+
+
+def multi_label_decisions(outputs, finetune_config):
+    """(scores [N, C] float64: each label's sigmoid, decisions [N, C] bool: score >= the label's threshold)."""
+    scores = _sigmoid(outputs["logits"])
+    thresholds = np.asarray(finetune_config.get("thresholds") or [0.5] * scores.shape[1], np.float64)
+    return scores, scores >= thresholds[None]
+
+
 def _predictions(task, data, outputs, finetune_config):
     """Per-example predictions (list of dicts) and, for SQuAD, the answer / null-odds maps."""
+    if task == "multi-label":
+        names = finetune_config["label_names"]
+        scores, decided = multi_label_decisions(outputs, finetune_config)
+        return [{"labels": [n for n, d in zip(names, row) if d], "scores": dict(zip(names, map(float, s)))}
+                for s, row in zip(scores, decided)], None, None
     if task == "token-classification":
         return token_predictions(data, outputs, finetune_config), None, None
     if task == "squad":
@@ -527,7 +564,8 @@ def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None, l
                           doc_stride=finetune_config.get("doc_stride", default_stride),
                           max_query_len=finetune_config.get("max_query_len", 64), max_doc_len=doc_len,
                           tag_column=finetune_config.get("tag_column", -1),
-                          label_all_pieces=finetune_config.get("label_all_pieces", False), labeled=labeled)
+                          label_all_pieces=finetune_config.get("label_all_pieces", False), labeled=labeled,
+                          label_separator=finetune_config.get("label_separator", ","))
     boundaries = finetune_config.get("bucket_boundaries")
     if boundaries is not None and boundaries[-1] != data.features["input_ids"].shape[-1]:  # buckets end at the rows
         boundaries = None
@@ -546,6 +584,10 @@ def evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size=32, 
         results = metrics.regression_metrics(data.features["label_ids"], outputs["predictions"])
     elif task == "race":
         results = metrics.race_accuracy(data.features["label_ids"], outputs["logits"].argmax(-1))
+    elif task == "multi-label":
+        _, decided = multi_label_decisions(outputs, finetune_config)
+        results = metrics.multi_label_metrics(data.features["label_ids"], decided, finetune_config["label_names"])
+        results["thresholds"] = list(finetune_config.get("thresholds") or [])
     elif task == "token-classification":
         predicted = [row["tags"] for row in token_predictions(data, outputs, finetune_config)]
         results = metrics.token_classification_metrics([example.tags for example in data.examples], predicted)
