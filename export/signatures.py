@@ -248,7 +248,7 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
                 chosen = tf.ragged.boolean_mask(tf.broadcast_to(tf.constant([str(n) for n in names]),
                                                                 tf.shape(scores)), applies)
                 return {"logits": logits, "scores": scores, "label_applies": tf.cast(applies, tf.int32),
-                        "labels": _dense(chosen, ""), "num_predicted": chosen.row_lengths()}
+                        "labels": gf.pad_to_longest(chosen, ""), "num_predicted": chosen.row_lengths()}
             label_id = tf.argmax(logits, -1)  # first maximum, as numpy's argmax
             return {"logits": logits, "probabilities": tf.nn.softmax(logits, -1), "label_id": label_id,
                     "label": tf.gather(tf.constant([str(n) for n in names]), label_id)}
@@ -262,10 +262,7 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
             def serving_default(text):
                 return answers(g.classification_inputs(text))
 
-        @_fn(_ids_spec(("input_ids", "segment_ids", "padding_mask")))
-        def predict_ids(input_ids, segment_ids, padding_mask):
-            _check_width([input_ids, segment_ids, padding_mask], g.width, doc_len and length)
-            return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask})
+        predict_ids = _encoder_ids_function(g, doc_len and length)
 
         # TensorFlow Serving's Classify / Regress API: serialized tf.Examples whose bytes features hold the
         # text (the names of serving_default's inputs).
@@ -343,24 +340,29 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
             return {"logits": logits, "probabilities": tf.nn.softmax(logits, -1),
                     "answer_index": tf.argmax(logits, -1)}
 
-        @_fn(_ids_spec(("input_ids", "segment_ids", "padding_mask"), choices))
-        def predict_ids(input_ids, segment_ids, padding_mask):
-            _check_width([input_ids, segment_ids, padding_mask], g.width, doc_len and length)
-            return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask})
+        predict_ids = _encoder_ids_function(g, doc_len and length, choices)
     elif task == "token-classification":
-        token_signatures(g, finetune_config, signatures)
+        serving_default, words = token_signatures(g, finetune_config)
+        signatures["words"] = words.get_concrete_function()
+        predict_ids = _encoder_ids_function(g)
     else:
         raise ValueError(f"unknown task {task!r}")
 
-    if task != "token-classification":
-        signatures["serving_default"] = serving_default.get_concrete_function()
-        signatures["predict_ids"] = predict_ids.get_concrete_function()
+    signatures["serving_default"] = serving_default.get_concrete_function()
+    signatures["predict_ids"] = predict_ids.get_concrete_function()
     return root, signatures
 
 
-def _dense(rt, pad_value):
-    """Ragged ``[B, None]`` -> dense ``[B, longest row]`` padded with ``pad_value`` (core ops only)."""
-    return gf.pad_rows(rt, tf.reduce_max(tf.concat([rt.row_lengths(), [0]], 0)), pad_value)
+def _encoder_ids_function(g, segment_len=None, choices=None):
+    """``predict_ids`` of the heads that read the encoder inputs alone: int32 ``[B, T]`` (``[B, C, T]`` with
+    ``choices``) ids, any T up to the export's width (whole segments of ``segment_len`` for long documents)
+    -> the head's raw outputs."""
+    @_fn(_ids_spec(("input_ids", "segment_ids", "padding_mask"), choices))
+    def predict_ids(input_ids, segment_ids, padding_mask):
+        _check_width([input_ids, segment_ids, padding_mask], g.width, segment_len)
+        return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask})
+
+    return predict_ids
 
 
 def _tagged_words(g, words, doc_stride):
@@ -379,14 +381,16 @@ def _tagged_words(g, words, doc_stride):
         return words.with_flat_values(tag_id), words.with_flat_values(score)
 
 
-def token_signatures(g, finetune_config, signatures):
-    """Token classification: ``serving_default`` on raw text and ``words`` on pre-split words, both returning
-    every word's tag and score and the entity spans (seqeval's chunks of the tags); ``predict_ids``."""
+def token_signatures(g, finetune_config):
+    """Token classification: ``(serving_default, words)``, the functions on raw text and on pre-split words,
+    both returning every word's tag and score and the entity spans (seqeval's chunks of the tags)."""
     from xlnet_tf.data import graph_words
+    from xlnet_tf.training.finetune import default_doc_stride
 
     names = [str(n) for n in finetune_config["label_names"]]
-    doc_stride = int(finetune_config.get("doc_stride") or max((g.length - 2) // 2, 1))
+    doc_stride = int(finetune_config.get("doc_stride") or default_doc_stride("token-classification", g.length))
     label_names = tf.constant(names)
+    dense = gf.pad_to_longest
 
     def entities(tag_id, word_first, word_last):
         """Entity chunks of ``tag_id`` ragged ``[B, None]``: type strings, and ``word_first`` / ``word_last``
@@ -410,11 +414,11 @@ def token_signatures(g, finetune_config, signatures):
             source = tf.gather(text, first.value_rowids())
             entity_text = first.with_flat_values(tf.strings.substr(source, first.values, last.values - first.values))
             return {
-                "words": _dense(words, ""), "word_start": _dense(starts, -1), "word_end": _dense(ends, -1),
-                "tags": _dense(tag_id.with_flat_values(tf.gather(label_names, tag_id.values)), ""),
-                "tag_id": _dense(tag_id, -1), "scores": _dense(score, 0.0), "num_words": words.row_lengths(),
-                "entity_text": _dense(entity_text, ""), "entity_type": _dense(types, ""),
-                "entity_start": _dense(first, -1), "entity_end": _dense(last, -1),
+                "words": dense(words, ""), "word_start": dense(starts, -1), "word_end": dense(ends, -1),
+                "tags": dense(tag_id.with_flat_values(tf.gather(label_names, tag_id.values)), ""),
+                "tag_id": dense(tag_id, -1), "scores": dense(score, 0.0), "num_words": words.row_lengths(),
+                "entity_text": dense(entity_text, ""), "entity_type": dense(types, ""),
+                "entity_start": dense(first, -1), "entity_end": dense(last, -1),
                 "num_entities": types.row_lengths(),
             }
 
@@ -443,19 +447,12 @@ def token_signatures(g, finetune_config, signatures):
             return {
                 "tags": by_column(tf.gather(label_names, tag_id.values), ""), "tag_id": by_column(tag_id.values, -1),
                 "scores": by_column(score.values, 0.0), "num_words": kept.row_lengths(),
-                "entity_text": _dense(first.with_flat_values(joined), ""), "entity_type": _dense(types, ""),
-                "entity_start": _dense(first, -1), "entity_end": _dense(last, -1),
+                "entity_text": dense(first.with_flat_values(joined), ""), "entity_type": dense(types, ""),
+                "entity_start": dense(first, -1), "entity_end": dense(last, -1),
                 "num_entities": types.row_lengths(),
             }
 
-    @_fn(_ids_spec(("input_ids", "segment_ids", "padding_mask")))
-    def predict_ids(input_ids, segment_ids, padding_mask):
-        _check_width([input_ids, segment_ids, padding_mask], g.length)
-        return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask})
-
-    signatures["serving_default"] = serving_default.get_concrete_function()
-    signatures["words"] = words_signature.get_concrete_function()
-    signatures["predict_ids"] = predict_ids.get_concrete_function()
+    return serving_default, words_signature
 
 
 # ----------------------------------------------------------------------------------------------------

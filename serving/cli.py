@@ -491,17 +491,16 @@ def query_main(args, out=None):
             lines = [_format_answer(i, q, r) for i, (q, r) in enumerate(zip(args.question, rows))]
         else:
             outputs = client.signature_outputs(args.signature or "serving_default") if args.api == "predict" else ()
+            formatted = _format_classification
             if args.api == "regress":
                 rows = client.regress(args.text, args.text_b, signature_name=args.signature)
             elif "entity_type" in outputs:  # a token-classification export
                 if args.text_b:
                     raise UserError("a token-classification model takes --text only")
-                rows = client.tag(args.text, signature_name=args.signature)
-                lines = [_format_entities(i, t, r) for i, (t, r) in enumerate(zip(args.text, rows))]
+                rows, formatted = client.tag(args.text, signature_name=args.signature), _format_entities
             else:
                 rows = client.classify(args.text, args.text_b, signature_name=args.signature, api=args.api)
-            if "entity_type" not in outputs:
-                lines = [_format_classification(i, t, r) for i, (t, r) in enumerate(zip(args.text, rows))]
+            lines = [formatted(i, t, r) for i, (t, r) in enumerate(zip(args.text, rows))]
     except ServingError as error:
         print(f"xlnet-tf query: error: {error}", file=sys.stderr)
         return 1

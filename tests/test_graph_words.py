@@ -11,6 +11,7 @@ import pydoc_data.topics
 import tensorflow as tf
 
 from xlnet_tf.data import graph_words as gw
+from xlnet_tf.data.graph_features import pad_to_longest  # not RaggedTensor.to_tensor: its op is not allowlisted
 from xlnet_tf.metrics import entity_chunks
 
 # ----------------------------------------------------------------------------------------------------
@@ -225,25 +226,16 @@ def test_chunk_entities_examples():
 _LABELS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER", "E-PER", "S-LOC"]
 
 
-def _dense(rt, pad):
-    """Ragged ``[B, None]`` -> dense ``[B, longest row]`` padded with ``pad`` (not ``rt.to_tensor()``: its
-    RaggedTensorToTensor op is not in the allowlist)."""
-    rows = rt.value_rowids()
-    pos = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(rt.row_starts(), rows)
-    width = tf.reduce_max(tf.concat([rt.row_lengths(), tf.zeros([1], tf.int64)], 0))
-    dense = tf.fill(tf.stack([rt.nrows(), width]), tf.constant(pad, rt.dtype))
-    return tf.tensor_scatter_nd_update(dense, tf.stack([rows, pos], 1), rt.values)
-
-
 class _Entities(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def __call__(self, text):
         words, starts, ends = gw.split_words(text)
         tags = words.with_flat_values(tf.cast(tf.strings.length(words.flat_values), tf.int64) % len(_LABELS))
         chunks = gw.chunk_entities(tags, _LABELS)
-        out = {"words": _dense(words, ""), "starts": _dense(starts, -1), "ends": _dense(ends, -1),
+        out = {"words": pad_to_longest(words, ""), "starts": pad_to_longest(starts, -1),
+               "ends": pad_to_longest(ends, -1),
                "n_words": words.row_lengths(), "n_chunks": chunks["type_id"].row_lengths()}
-        out.update({k: _dense(chunks[k], -1) for k in ("type_id", "start", "end")})
+        out.update({k: pad_to_longest(chunks[k], -1) for k in ("type_id", "start", "end")})
         return out
 
 

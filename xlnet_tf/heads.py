@@ -352,15 +352,20 @@ def regression_loss(outputs, batch):
     return tf.reduce_sum(errors), tf.cast(tf.size(errors), tf.float32)
 
 
-def squad_loss(outputs, batch):
-    """(start + end cross-entropy) / 2 + 0.5 * binary cross-entropy of answerability, per example."""
+def _span_losses(outputs, batch):
+    """(start + end cross-entropy) / 2 per example."""
     start = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(batch["start_positions"], tf.int32),
                                                            logits=outputs["start_logits"])
     end = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(batch["end_positions"], tf.int32),
                                                          logits=outputs["end_logits"])
+    return (start + end) * 0.5
+
+
+def squad_loss(outputs, batch):
+    """(start + end cross-entropy) / 2 + 0.5 * binary cross-entropy of answerability, per example."""
     answerable = tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(batch["is_impossible"], tf.float32),
                                                          logits=outputs["cls_logits"])
-    losses = (start + end) * 0.5 + 0.5 * answerable
+    losses = _span_losses(outputs, batch) + 0.5 * answerable
     return tf.reduce_sum(losses), tf.cast(tf.size(losses), tf.float32)
 
 
@@ -370,11 +375,7 @@ multiple_choice_loss = classification_loss
 def simple_squad_loss(outputs, batch):
     """(start + end cross-entropy) / 2 per example, as transformers' XLNetForQuestionAnsweringSimple (over the
     row's real positions: padding is masked, so the loss does not depend on it)."""
-    start = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(batch["start_positions"], tf.int32),
-                                                           logits=outputs["start_logits"])
-    end = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(batch["end_positions"], tf.int32),
-                                                         logits=outputs["end_logits"])
-    losses = (start + end) * 0.5
+    losses = _span_losses(outputs, batch)
     return tf.reduce_sum(losses), tf.cast(tf.size(losses), tf.float32)
 
 

@@ -26,14 +26,17 @@ the same results. Each builder also returns ``length`` (real tokens per row).
 ``squad_best_spans`` is ``xlnet_tf.training.finetune.squad_predictions``'s answer selection over the
 windows of each question, as tensors.
 
-Public API: ``byte_to_char_offsets``, ``keep_first``, ``keep_last``, ``pad_rows``, ``batch_width``,
-``pair_lengths``, ``document_width``, ``classification_inputs``, ``squad_windows``, ``squad_answer_positions``,
-``squad_best_spans``, ``race_qa_text``, ``race_inputs``, ``token_windows``, ``word_outputs``.
+Public API: ``byte_to_char_offsets``, ``keep_first``, ``keep_last``, ``pad_rows``, ``pad_to_longest``,
+``batch_width``, ``pair_lengths``, ``document_width``, ``classification_inputs``, ``squad_windows``,
+``squad_answer_positions``, ``squad_best_spans``, ``race_qa_text``, ``race_inputs``, ``token_windows``,
+``word_outputs``.
 """
 
 import math
 
 import tensorflow as tf
+
+from xlnet_tf.data.token_classification import IGNORE  # the label id of positions that are not scored
 
 SEP_ID, CLS_ID, PAD_ID = 4, 3, 5
 # Segment ids of the original scripts (classifier_utils / run_race and run_squad).
@@ -93,6 +96,12 @@ def pad_rows(rt, width, pad_value, left=False):
     dense = tf.fill(tf.stack([nrows, width64]), tf.constant(pad_value, rt.dtype))
     dense = tf.tensor_scatter_nd_update(dense, tf.stack([rows, pos], 1), rt.values)
     return tf.ensure_shape(dense, [None, width if isinstance(width, int) else None])
+
+
+def pad_to_longest(rt, pad_value):
+    """Ragged ``[B, None]`` -> dense ``[B, its longest row]`` padded at the end with ``pad_value`` (core ops only:
+    ``RaggedTensor.to_tensor``'s op is not one TensorFlow Serving is sure to have)."""
+    return pad_rows(rt, tf.reduce_max(tf.concat([rt.row_lengths(), tf.zeros([1], tf.int64)], 0)), pad_value)
 
 
 def batch_width(lengths, max_seq_len, pad_to_multiple=None):
@@ -512,7 +521,6 @@ def race_inputs(article_ids, qa_ids, num_choices, max_seq_len, max_qa_len=128, p
 # ----------------------------------------------------------------------------------------------------
 # Token classification
 
-IGNORE = -100  # the label id of positions that are not scored (``data.token_classification.IGNORE``)
 
 
 def _word_pieces(word_ids, span, unk_id):

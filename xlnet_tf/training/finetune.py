@@ -111,7 +111,7 @@ class FinetuneSetup:
         """doc_stride, or the task's default."""
         if self.doc_stride is not None:
             return self.doc_stride
-        return token_doc_stride(self.max_seq_len) if self.task == "token-classification" else 128
+        return default_doc_stride(self.task, self.max_seq_len)
 
     @property
     def doc_len(self):
@@ -123,9 +123,9 @@ LONG_DOC_MODES = ("truncate", "memory")
 SQUAD_HEADS = ("beam", "simple")
 
 
-def token_doc_stride(max_seq_len):
-    """Token classification's default window stride: half a window's pieces."""
-    return max((max_seq_len - 2) // 2, 1)
+def default_doc_stride(task, max_seq_len):
+    """The window stride when none is given: token classification, half a window's pieces; SQuAD, 128 tokens."""
+    return max((max_seq_len - 2) // 2, 1) if task == "token-classification" else 128
 
 
 def config_doc_len(finetune_config):
@@ -308,12 +308,11 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
     }
     if setup.task in ("classification", "regression", "multi-label"):
         finetune_config["pairs"] = bool(train.report.get("pairs", 0))
-    if setup.task == "multi-label":
-        labels = train.report["label_list"]
-        finetune_config.update(label_separator=setup.label_separator, thresholds=[0.5] * len(labels))
     if setup.task in ("classification", "token-classification", "multi-label"):
         labels = train.report["label_list"]
         finetune_config.update(num_labels=len(labels), label_names=[str(label) for label in labels])
+    if setup.task == "multi-label":
+        finetune_config.update(label_separator=setup.label_separator, thresholds=[0.5] * len(labels))
     if setup.task == "token-classification":
         finetune_config.update(tag_column=setup.tag_column, label_all_pieces=setup.label_all_pieces)
         log.info("%s: %d sentences, %d words in %d windows (%d sentences in several); %d empty words given <unk>, "
@@ -505,8 +504,7 @@ def token_predictions(data, outputs, finetune_config):
     names = finetune_config["label_names"]
     rows = []
     for example, logits in zip(data.examples, tc.word_values(data.features, outputs["logits"])):
-        probs = np.exp(logits - logits.max(-1, keepdims=True))
-        probs /= probs.sum(-1, keepdims=True)
+        probs = _softmax(logits)
         ids = logits.argmax(-1)
         tags = [names[i] for i in ids]
         entities = [{"type": t, "start": s, "end": e, "text": " ".join(example.words[s:e])}
@@ -514,6 +512,11 @@ def token_predictions(data, outputs, finetune_config):
         rows.append({"words": example.words, "tags": tags,
                      "scores": [float(p[i]) for p, i in zip(probs, ids)], "entities": entities})
     return rows
+
+
+def _softmax(logits):
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    return probs / probs.sum(-1, keepdims=True)
 
 
 def _sigmoid(logits):
@@ -543,8 +546,7 @@ def _predictions(task, data, outputs, finetune_config):
     if task == "regression":
         return [{"prediction": float(p)} for p in outputs["predictions"]], None, None
     logits = outputs["logits"]
-    probs = np.exp(logits - logits.max(-1, keepdims=True))
-    probs /= probs.sum(-1, keepdims=True)
+    probs = _softmax(logits)
     ids = logits.argmax(-1)
     if task == "race":
         return [{"id": ex.example_id, "answer": "ABCDEFGH"[i], "probabilities": p.tolist()}
@@ -558,10 +560,10 @@ def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None, l
     a prediction input, for token classification its words only)."""
     doc_len = config_doc_len(finetune_config)
     task = finetune_config["task"]
-    default_stride = token_doc_stride(finetune_config["max_seq_len"]) if task == "token-classification" else 128
     data = load_task_data(task, path, tokenizer, finetune_config["max_seq_len"],
                           label_list=finetune_config.get("label_names"),
-                          doc_stride=finetune_config.get("doc_stride", default_stride),
+                          doc_stride=finetune_config.get("doc_stride",
+                                                         default_doc_stride(task, finetune_config["max_seq_len"])),
                           max_query_len=finetune_config.get("max_query_len", 64), max_doc_len=doc_len,
                           tag_column=finetune_config.get("tag_column", -1),
                           label_all_pieces=finetune_config.get("label_all_pieces", False), labeled=labeled,
