@@ -145,7 +145,7 @@ def _finetune(args):
 
     if (args.train_steps is None) == (args.epochs is None):
         raise UserError("give exactly one of --train-steps and --epochs")
-    if args.long_doc == "truncate" and (args.max_doc_len or args.mem_len or args.grad_segments != 1):
+    if args.long_doc == "truncate" and (args.max_doc_len or args.mem_len or args.grad_segments):
         raise UserError("--max-doc-len, --mem-len and --grad-segments need --long-doc memory")
     if args.task != "token-classification" and (args.tag_column != -1 or args.label_all_pieces):
         raise UserError("--tag-column and --label-all-pieces are for --task token-classification")
@@ -333,6 +333,15 @@ def _export(args):
                        precision=args.precision))
 
 
+def _grad_segments(value):
+    """--grad-segments: "all" -> 0, else a whole number >= 1."""
+    if value == "all":
+        return 0
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"'all' or a whole number >= 1, got {value!r}")
+    return int(value)
+
+
 def _add_runner_flag(parser, what):
     parser.add_argument("--runner", metavar="RUNNER",
                         help=f"run as an Apache Beam pipeline ({what}) on this runner: DirectRunner (this machine), "
@@ -421,9 +430,10 @@ def build_parser():
     finetune.add_argument("--max-doc-len", type=int, help="with --long-doc memory: tokens kept per document")
     finetune.add_argument("--mem-len", type=int, default=0,
                           help="with --long-doc memory: memory positions per layer (default: every earlier segment)")
-    finetune.add_argument("--grad-segments", type=int, default=1,
-                          help="with --long-doc memory: segments that receive gradient (1: the last only, memory "
-                               "without gradient as the paper's stop_gradient)")
+    finetune.add_argument("--grad-segments", type=_grad_segments, default=0, metavar="all|K",
+                          help="with --long-doc memory: the last K segments' memory keeps its gradient (all, the "
+                               "default: every segment learns, as in one window over the document; 1: the last "
+                               "only, memory without gradient as the paper's stop_gradient: less memory and time)")
     finetune.add_argument("--squad-head", choices=["beam", "simple"], default="beam",
                           help="squad: beam (the original's: end logits conditioned on the start, top 5 x 5 spans, "
                                "an answerability head) or simple (transformers' XLNetForQuestionAnsweringSimple: "

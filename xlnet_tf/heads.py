@@ -114,7 +114,7 @@ class _HeadModel(keras.Model):
         if not segment_len:
             return self.encode(inputs, training, output_positions=tf.fill([shape[0], 1], shape[1] - 1))
         encoder_inputs = {k: inputs[k] for k in ENCODER_INPUTS if k in inputs}
-        return self.transformer.encode_document(encoder_inputs, segment_len, self.head_config.get("grad_segments", 1),
+        return self.transformer.encode_document(encoder_inputs, segment_len, self.head_config.get("grad_segments", 0),
                                                 training, output_positions=tf.fill([shape[0], 1], segment_len - 1))
 
     def get_config(self):
@@ -141,7 +141,7 @@ class _HeadModel(keras.Model):
 
 # Long documents (sequence heads): `segment_len` L > 0 reads rows of S * L positions as S segments, each attending
 # to the memory of the ones before (`mem_len` positions per layer), memory keeping its gradient for the last
-# `grad_segments` segments. The memory lives inside one document: run_options.mem_len (memory carried from batch
+# `grad_segments` segments (0: all of them). The memory lives inside one document: run_options.mem_len (memory carried from batch
 # to batch, as pretraining does) stays as given.
 DOCUMENT_KWARGS = ("segment_len", "mem_len", "grad_segments")
 

@@ -200,7 +200,7 @@ class XLNetModel(keras.Model):
             outputs["attention"] = attention
         return outputs
 
-    def encode_document(self, inputs, segment_len, grad_segments=1, training=False, output_positions=None):
+    def encode_document(self, inputs, segment_len, grad_segments=0, training=False, output_positions=None):
         """Segment recurrence: a document [B, S * segment_len] read as S segments in order, each attending to
         the memory of the ones before it (the last `run_options.mem_len` positions, padding masked).
 
@@ -210,10 +210,11 @@ class XLNetModel(keras.Model):
         one plain call); an unknown width runs them in a `tf.while_loop` carrying the memory.
 
         The memory is carried as each layer's key / value heads, so no segment projects an earlier one's
-        states again. Memory gets gradient from the last `grad_segments` segments only: earlier segments
-        project their keys and values from their states without gradient (1: only the last segment trains,
-        as the original's stop_gradient on memory), while the projection weights keep the gradient of every
-        key and value, as when the original projects its memory. Inference also projects the document's
+        states again. Memory gets gradient from the last `grad_segments` segments only (0, the default: from
+        every segment, so training learns what one block-causal pass over the document learns): earlier
+        segments project their keys and values from their states without gradient (1: only the last segment
+        trains, as the original's stop_gradient on memory), while the projection weights keep the gradient of
+        every key and value, as when the original projects its memory. Inference also projects the document's
         relative positions once per layer (training projects them per segment, each with its own dropout).
         """
         run = self.run_options
@@ -249,11 +250,13 @@ class XLNetModel(keras.Model):
                 raise ValueError(f"encode_document: width {static_width} is not a multiple of segment_len {length}")
             count = static_width // length
             memory = mems_valid = None
+            trained = count if grad_segments <= 0 else grad_segments
             for k in range(count - 1):
-                memory, mems_valid = read(k, memory, mems_valid, detach=k < count - grad_segments)
+                memory, mems_valid = read(k, memory, mems_valid, detach=k < count - trained)
         else:
             if training and grad_segments > 1:
-                raise ValueError("encode_document: grad_segments > 1 needs a static width (the segments unrolled)")
+                raise ValueError("encode_document: grad_segments > 1 needs a static width (the segments unrolled); an "
+                                 "unknown width trains through the memory of every segment (0) or of none (1)")
             tf.debugging.assert_equal(width % length, 0, message=f"the width must be a multiple of {length}")
             count = width // length
             cfg = self.config
@@ -262,7 +265,8 @@ class XLNetModel(keras.Model):
             shapes = [(tf.TensorShape([None, cfg.n_head, None, cfg.d_head]),) * 2 for _ in self.blocks]
             mems_valid = tf.zeros([batch, 0], inputs["padding_mask"].dtype)
             _, memory, mems_valid = tf.while_loop(
-                lambda k, *_: k < count - 1, lambda k, memory, valid: (k + 1, *read(k, memory, valid, detach=True)),
+                lambda k, *_: k < count - 1,
+                lambda k, memory, valid: (k + 1, *read(k, memory, valid, detach=not training or grad_segments == 1)),
                 [tf.constant(0), memory, mems_valid],
                 shape_invariants=[tf.TensorShape([]), shapes, tf.TensorShape([None, None])])
         memory_inputs = {} if memory is None else {"memory_heads": memory, "mems_valid": mems_valid, **shared}
@@ -328,14 +332,30 @@ class XLNetPretrainer(keras.Model):
         if skip_content:
             del outputs["sequence_output"]
         hidden = outputs["query_output"] if "query_output" in outputs else outputs["sequence_output"]
-        embedding = tf.cast(self.transformer.word_embedding.embeddings, hidden.dtype)
-        logits = tf.einsum("bpd,vd->bpv", hidden, embedding)
-        logits = tf.cast(logits, tf.float32) + tf.cast(self.lm_bias, tf.float32)
-        outputs["logits"] = logits
+        logits = outputs["logits"] = self.lm_logits(hidden)
         if inputs.get("target_ids") is not None:
             loss_sum, count = masked_cross_entropy(logits, inputs["target_ids"], inputs.get("target_mask"))
             outputs.update(loss=tf.math.divide_no_nan(loss_sum, count), loss_sum=loss_sum, target_count=count)
         return outputs
+
+    def lm_logits(self, hidden):
+        """The LM head: hidden states [B, P, d_model] -> float32 logits [B, P, n_token] (the word embedding, tied,
+        plus the head's bias)."""
+        embedding = tf.cast(self.transformer.word_embedding.embeddings, hidden.dtype)
+        return tf.cast(tf.einsum("bpd,vd->bpv", hidden, embedding), tf.float32) + tf.cast(self.lm_bias, tf.float32)
+
+    def generate(self, prompt_ids, prompt_mask=None, options=None, **overrides):
+        """Generates text ids after left-padded prompts (`xlnet_tf.generation`: the prompt as bidirectional
+        context, then tokens left to right, each step cached as key / value heads).
+
+        prompt_ids [B, P] int (or a list of id lists, left-padded here), prompt_mask [B, P] (1 = real token;
+        default: all real); `options` a `GenerationOptions`, or its fields as keyword arguments (`stop_ids`
+        None: no stop ids here; the text-level `generation.generate_text` defaults them from the tokenizer).
+        Returns numpy `tokens` [B, N], `log_probs` [B, N], `lengths` [B], `finish_reason` [B] (strings).
+        """
+        from xlnet_tf import generation
+
+        return generation.generate_ids(self, prompt_ids, prompt_mask, options, **overrides)
 
     def get_config(self):
         return {"name": self.name, "config": self.config.to_dict(), "run_options": self.run_options.to_dict()}

@@ -47,7 +47,7 @@ class FinetuneSetup:
     long_doc: "truncate" (one window of max_seq_len, the original's) or "memory" (classification, regression,
     RACE: texts of up to `max_doc_len` tokens read as segments of max_seq_len, each attending to the memory
     of the ones before it: `mem_len` positions per layer, 0 = all of them; memory keeps its gradient for the
-    last `grad_segments` segments).
+    last `grad_segments` segments, 0 = all of them, the default).
     doc_stride: SQuAD: context tokens between windows (default 128); token-classification: pieces between the
     starts of a long sentence's windows (default (max_seq_len - 2) // 2).
     tag_column, label_all_pieces: token-classification: the tag's column in CoNLL files (-1: the last) and
@@ -77,7 +77,7 @@ class FinetuneSetup:
     long_doc: str = "truncate"
     max_doc_len: int | None = None
     mem_len: int = 0
-    grad_segments: int = 1
+    grad_segments: int = 0
     tag_column: int = -1
     label_all_pieces: bool = False
     squad_head: str = "beam"
@@ -103,8 +103,8 @@ class FinetuneSetup:
                             f"got {self.max_doc_len}")
         if self.mem_len < 0:
             raise UserError(f"--mem-len must be >= 0, got {self.mem_len}")
-        if self.grad_segments < 1:
-            raise UserError(f"--grad-segments must be at least 1, got {self.grad_segments}")
+        if self.grad_segments < 0:
+            raise UserError(f"--grad-segments must be 'all' or at least 1, got {self.grad_segments}")
 
     @property
     def stride(self):
