@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import sys
@@ -333,6 +334,46 @@ def _export(args):
                        precision=args.precision))
 
 
+def _generate(args):
+    from xlnet_tf import files
+    from xlnet_tf.generation import GenerationOptions, generate_text, load_generator, read_prompts
+
+    if args.memory_window < 0 or args.batch_size < 1:
+        raise UserError("--memory-window must be >= 0 and --batch-size at least 1")
+    stop_ids = None if args.stop_ids is None else tuple(int(x) for x in args.stop_ids.split(",") if x.strip())
+    try:
+        options = GenerationOptions(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                                    top_p=args.top_p, seed=args.seed, stop_ids=stop_ids,
+                                    memory_window=args.memory_window)
+    except ValueError as error:  # ConfigError
+        raise UserError(str(error).replace("GenerationOptions: ", "")) from None
+    if args.padding_text is not None and args.padding_text_file:
+        raise UserError("give --padding-text or --padding-text-file, not both")
+    rows = [{"prompt": text} for text in args.prompt] if args.prompt else read_prompts(args.input)
+    padding = files.read_text(args.padding_text_file) if args.padding_text_file else args.padding_text
+    model, tokenizer = load_generator(args.model_dir, args.spm_model)
+    from tqdm import tqdm
+
+    results = []
+    batches = range(0, len(rows), args.batch_size)
+    for start in tqdm(batches, unit="batch", disable=len(batches) < 2, dynamic_ncols=True):
+        part = rows[start:start + args.batch_size]
+        # Row i of the file samples with seed + i, whatever the batch size.
+        generated = generate_text(model, tokenizer, [row["prompt"] for row in part],
+                                  dataclasses.replace(options, seed=options.seed + start), padding)
+        results += [{**row, **out} for row, out in zip(part, generated)]
+    if args.output:
+        files.write_text(args.output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results))
+        print(f"wrote {len(results)} generations to {args.output}")
+    elif args.prompt:
+        for result in results:
+            print(f"{result['prompt']}\u2502{result['text']}  [{result['finish_reason']}, {len(result['tokens'])} "
+                  "tokens]")
+    else:
+        for result in results:
+            print(json.dumps(result, ensure_ascii=False))
+
+
 def _grad_segments(value):
     """--grad-segments: "all" -> 0, else a whole number >= 1."""
     if value == "all":
@@ -482,6 +523,34 @@ def build_parser():
     _add_runner_flag(predict, "with --export-dir; default DirectRunner, give it to pass Beam options")
     _add_strategy_flags(predict, " for --model-dir (each batch split across its replicas)")
     predict.set_defaults(run=_predict)
+
+    generate = commands.add_parser("generate", help="continue text with a pretrained or converted LM (cached, "
+                                   "left-to-right after the prompt)")
+    generate.add_argument("--model-dir", required=True, help="a pretrained (xlnet-tf pretrain) or converted directory "
+                          "with an LM head")
+    prompt = generate.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt", action="append", help="a prompt (repeat for a batch); prints prompt\u2502continuation")
+    prompt.add_argument("--input", help="prompts: JSONL with a \"prompt\" field per line, or text, one prompt a line")
+    generate.add_argument("--output", help="JSONL: each input row plus text, tokens, log_probs, finish_reason "
+                          "(default: printed)")
+    generate.add_argument("--max-new-tokens", type=int, default=32, help="tokens generated per prompt at most")
+    generate.add_argument("--temperature", type=float, default=0.0, help="0: greedy (the default); > 0: sample at "
+                          "this temperature")
+    generate.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
+    generate.add_argument("--top-p", type=float, default=1.0, help="sample among the most likely tokens whose "
+                          "probability reaches p (1: all)")
+    generate.add_argument("--seed", type=int, default=0, help="sampling seed: prompt i of the input samples with "
+                          "seed + i, statelessly (the same seed, the same text)")
+    generate.add_argument("--stop-ids", metavar="ID,ID,...", help="ids that end a continuation (default: </s>, "
+                          "<eod>, <eop>; an empty string: none)")
+    generate.add_argument("--padding-text", help="text read before every prompt, then <eod> (XLNet continues short "
+                          "prompts better after a long context)")
+    generate.add_argument("--padding-text-file", help="--padding-text from a file")
+    generate.add_argument("--memory-window", type=int, default=0, help="positions each step attends to (0: the whole "
+                          "prompt and continuation; M: the last M, as Transformer-XL memory)")
+    generate.add_argument("--spm-model", help="SentencePiece model (default: MODEL_DIR/spiece.model)")
+    generate.add_argument("--batch-size", type=int, default=8, help="prompts generated together")
+    generate.set_defaults(run=_generate)
 
     demo = commands.add_parser("demo", help="raw text -> pretraining -> fine-tuning -> export -> serving, on one machine")
     demo.add_argument("--workdir", default="demo_work", help="where every step keeps its output (reused on rerun)")
