@@ -27,8 +27,10 @@ MEMORY_TASKS = ("memory-pretrain", "memory-finetune")
 SERVING_TASKS = ("serving-throughput",)
 # The "precision" group: the export's latency and logits in each `export --precision` (benchmarks/run_precision.py).
 PRECISION_TASKS = ("precision-latency",)
+# The "generate" group: greedy generation from one prompt, ours against transformers' (benchmarks/run_generate.py).
+GENERATE_TASKS = ("generate",)
 DEFAULT_TASKS = STEP_TASKS + ("lengths",)  # a run without --tasks
-TASKS = DEFAULT_TASKS + ("documents", "memory", "serving", "precision")  # what --tasks accepts
+TASKS = DEFAULT_TASKS + ("documents", "memory", "serving", "precision", "generate")  # what --tasks accepts
 PRECISIONS = ("float32", "bfloat16")  # of xlnet-tf's step cases (--precisions)
 EXPORT_PRECISIONS = tuple(EXPORTER_PRECISIONS)  # of the "precision" group's exports (--export-precisions)
 
@@ -60,8 +62,9 @@ class Case:
     untimed pass, iterations: timed passes over it) and "lengths-latency" (the exported classifier's latency
     for a short and a long text; warmup and iterations count requests),
     or one of DOCUMENT_TASKS on documents of S segments of seq_len tokens, S in `segments`:
-    "documents-finetune" (examples/s of a classification step on rows of S * seq_len real tokens read with
-    memory; one S per case) and "documents-latency" (one export reading documents of up to
+    "documents-finetune" (examples/s and peak memory of a classification step on rows of S * seq_len real
+    tokens read with memory, the gradient through the memory of the last `grad_segments` segments (0: all) and
+    `recompute`; one S per case) and "documents-latency" (one export reading documents of up to
     max(segments) * seq_len tokens, its latency on one text of about S * seq_len tokens for each S; warmup
     and iterations count requests per S),
     or one of MEMORY_TASKS: "memory-pretrain" / "memory-finetune", a "pretrain" / "finetune" step with
@@ -69,6 +72,8 @@ class Case:
     or one of SERVING_TASKS: "serving-throughput", the export served with batching (max_batch_size and the
     in-process batch: batch_size; max_seq_len: seq_len) against it in process, with `serving`'s parameters
     (serving.PARAMETERS' keys: client counts, seconds, texts, overload factor, ...),
+    or one of GENERATE_TASKS: "generate", greedy generation of `new_tokens` tokens after one prompt of seq_len
+    tokens (batch_size 1; warmup and iterations count generations),
     or one of PRECISION_TASKS: "precision-latency", the random classifier exported with `export --precision
     precision` (float32, bfloat16 or float16: EXPORT_PRECISIONS), its latency on one text of seq_len - 2
     pieces (warmup and iterations count requests) and on a batch of batch_size texts (1 untimed, then
@@ -94,6 +99,8 @@ class Case:
     sample_size: int = 0
     segments: tuple = ()
     recompute: str = ""
+    grad_segments: int = 1
+    new_tokens: int = 0
     serving: tuple = ()
     batch_requests: int = 0
 
@@ -117,7 +124,8 @@ class Case:
 
     def to_dict(self):
         """The fields; `padding` and `sample_size` only for LENGTH_TASKS, `segments` only for DOCUMENT_TASKS,
-        `recompute` only for MEMORY_TASKS, `serving` (a dict) only for SERVING_TASKS, `batch_requests` only for
+        `recompute` only for MEMORY_TASKS and "documents-finetune", `grad_segments` only for
+        "documents-finetune", `serving` (a dict) only for SERVING_TASKS, `batch_requests` only for
         PRECISION_TASKS (the other cases' JSON is unchanged)."""
         values = dataclasses.asdict(self)
         if self.task not in LENGTH_TASKS:
@@ -126,8 +134,12 @@ class Case:
             values["segments"] = list(self.segments)
         else:
             del values["segments"]
-        if self.task not in MEMORY_TASKS:
+        if self.task not in MEMORY_TASKS + ("documents-finetune",):
             del values["recompute"]
+        if self.task != "documents-finetune":
+            del values["grad_segments"]
+        if self.task not in GENERATE_TASKS:
+            del values["new_tokens"]
         if self.task in SERVING_TASKS:
             values["serving"] = dict(self.serving)
         else:
@@ -155,6 +167,10 @@ class Case:
         padding = f" {self.padding}" if self.padding else ""
         segments = f" S={','.join(map(str, self.segments))}" if self.segments else ""
         recompute = f" recompute={self.recompute}" if self.recompute else ""
+        if self.task == "documents-finetune":
+            recompute = f" K={self.grad_segments or 'all'}{recompute}"
+        if self.task in GENERATE_TASKS:
+            recompute = f" +{self.new_tokens}"
         clients = dict(self.serving).get("clients")
         serving = f" clients={','.join(map(str, clients))}" if clients else ""
         return f"{self.implementation} {self.task}{padding}{segments}{recompute}{serving} T={self.seq_len} {mode}"

@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import os
 
-from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, LENGTH_TASKS, LENGTHS_FILE, MEMORY_TASKS, PRECISION_TASKS,
+from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, GENERATE_TASKS, LENGTH_TASKS, LENGTHS_FILE, MEMORY_TASKS, PRECISION_TASKS,
                                         SERVING_TASKS, STEP_TASKS)
-from xlnet_tf.benchmarks.suite import (LATENCY_WHERE, PRECISION_REQUESTS, REFERENCES, document_growth, latency_ratio,
+from xlnet_tf.benchmarks.suite import (DOCUMENT_TRAINING, GENERATE_TARGET, LATENCY_WHERE, PRECISION_REQUESTS, REFERENCES, document_growth,
+                                       document_mode, document_training, generate_comparison, latency_ratio,
                                        length_row, precision_comparison, recompute_comparison, serving_targets)
 
 COLUMNS = ("implementation", "task", "T", "precision", "XLA", "tokens/s", "ms/step", "GFLOP/s", "% peak",
@@ -35,6 +36,10 @@ PRECISION_COLUMNS = ("where", "precision", *(f"{what} {column}" for what in PREC
                      "rel err vs float32", "labels = float32")
 DOCUMENT_COLUMNS = ("S", "tokens", "fine-tuning examples/s", "s/example vs S=1", "text pieces", "latency p50 ms",
                     "latency p99 ms", "p50 vs S=1")
+GENERATE_COLUMNS = ("implementation", "prompt tokens", "new tokens", "tokens/s", "ms/token", "ms/token x shortest",
+                    "x transformers", "target")
+DOCUMENT_TRAINING_COLUMNS = ("S", "tokens", "--grad-segments", "--recompute", "examples/s", "s/example x K=1",
+                             "peak MB", "x K=1")
 
 
 def _number(value, digits=0):
@@ -144,6 +149,8 @@ def document_rows(results):
         if row["task"] not in DOCUMENT_TASKS:
             continue
         planned.update({segments: row["seq_len"] for segments in row["segments"]})
+        if row["task"] == "documents-finetune" and document_mode(row) != DOCUMENT_TRAINING[0]:
+            continue  # the training table's
         if row["status"] != "ok":
             cell = _footnote(row, notes)
             failed.update({(row["task"], segments): cell for segments in row["segments"]})
@@ -162,6 +169,65 @@ def document_rows(results):
     return rows, notes
 
 
+def document_training_rows(results):
+    """(the long-document training table, footnotes): per S and training mode (--grad-segments, --recompute),
+    examples/s and peak memory, each against --grad-segments 1 without recompute at the same S."""
+    rows, notes = [], []
+    measured = {(t["segments"], t["grad_segments"], t["recompute"]): t for t in document_training(results["rows"])}
+    for row in results["rows"]:
+        if row["task"] != "documents-finetune":
+            continue
+        (segments,), (grad_segments, recompute) = row["segments"], document_mode(row)
+        head = [str(segments), str(segments * row["seq_len"]), str(grad_segments or "all"), recompute]
+        figures = measured.get((segments, grad_segments, recompute))
+        if row["status"] != "ok" or figures is None:
+            rows.append(head + [_footnote(row, notes), "", "", ""])
+            continue
+        rows.append(head + [_number(figures["examples_per_s"], 2), _number(figures["time_ratio"], 2),
+                            _number(figures["peak_memory_mb"]), _number(figures["memory_ratio"], 2)])
+    return rows, notes
+
+
+def document_training_header(results):
+    """What the long-document training table measured, in one line."""
+    kinds = {r["memory_kind"] for r in results["rows"] if r["task"] == "documents-finetune" and r.get("memory_kind")}
+    where = " / ".join(MEMORY_KIND_TEXT[kind] for kind in sorted(kinds)) or "not measured"
+    return ("the fine-tuning steps above by --grad-segments (all: the memory of every segment keeps its gradient, "
+            "the default; 1: the paper's stop_gradient) and --recompute; peak MB: " + where + ", each case in its "
+            "own process; x K=1: seconds per example and peak memory against --grad-segments 1, --recompute none, "
+            "at the same S")
+
+
+def generate_rows(results):
+    """(the generation table, footnotes): each "generate" case's tokens/s and ms per token, against the same
+    implementation's shortest prompt and, for ours, transformers' at the same prompt with the target."""
+    rows, notes = [], []
+    measured = {(g["implementation"], g["prompt_tokens"]): g for g in generate_comparison(results["rows"])}
+    for row in results["rows"]:
+        if row["task"] not in GENERATE_TASKS:
+            continue
+        head = [row["implementation"], str(row["seq_len"]), str(row["new_tokens"])]
+        figures = measured.get((row["implementation"], row["seq_len"]))
+        if row["status"] != "ok" or figures is None:
+            rows.append(head + [_footnote(row, notes)] + [""] * (len(GENERATE_COLUMNS) - len(head) - 1))
+            continue
+        met = {True: f"MET (>= {GENERATE_TARGET.bound:g}x)", False: f"NOT MET (>= {GENERATE_TARGET.bound:g}x)",
+               None: ""}[figures["met"]]
+        rows.append(head + [_number(figures["tokens_per_s"], 1), _number(figures["ms_per_token"], 1),
+                            _number(figures["ms_vs_shortest"], 2), _number(figures["vs_transformers"], 2), met])
+    return rows, notes
+
+
+def generate_header(results):
+    """What the generation table measured, in one line."""
+    options = results["options"]
+    return (f"greedy generation from one random prompt, float32, no XLA, random weights; the median of "
+            f"{options['long_iterations']} timed generations after 1, each generating every new token (no stop "
+            f"ids). xlnet-tf: xlnet_tf.generation (each layer's key / value heads cached; 2 positions per step); "
+            f"transformers: XLNetLMHeadModel.generate with its use_mems cache (hidden states, re-projected over the "
+            f"prefix every step), eager PyTorch")
+
+
 def _cells(failure, figures, *keys):
     """The cells of `keys` ((key, digits) of `figures`), or `failure` (a footnote cell) then empty ones."""
     if failure:
@@ -176,7 +242,8 @@ def document_header(results):
     seq_len, longest = rows[0]["seq_len"], max(max(r["segments"]) for r in rows)
     return (f"documents of S segments of T = {seq_len} tokens, each segment attending to the memory of the ones "
             f"before, float32, no XLA. Fine-tuning: examples/s of a classification step (forward, backward, AdamW; "
-            f"memory of every earlier segment, without gradient) on batches of {options['documents_batch_size']} "
+            f"memory of every earlier segment, with its gradient: --grad-segments all, the default; no recompute) on "
+            f"batches of {options['documents_batch_size']} "
             f"rows of S * T real tokens, median of {options['iterations']} timed steps after {options['warmup']}; "
             f"latency: the export of a --long-doc memory classifier (max_doc_len {longest * seq_len}, segments in a "
             f"tf.while_loop), serving_default in process on one text of at most S * T - 2 pieces, "
@@ -406,12 +473,18 @@ def tables(results):
         out += [(*table, above if i == 0 else None) for i, table in enumerate(lengths)]
     if tasks & set(DOCUMENT_TASKS):
         out.append((DOCUMENT_COLUMNS, *document_rows(results), 1, ("Long documents:", document_header(results))))
+        training = document_training_rows(results)
+        if training[0]:
+            out.append((DOCUMENT_TRAINING_COLUMNS, *training, 4, ("Long-document training:",
+                                                                  document_training_header(results))))
     if tasks & set(MEMORY_TASKS):
         out.append((MEMORY_COLUMNS, *memory_rows(results), 5, ("Recompute (memory for compute):",
                                                                 memory_header(results))))
     if tasks & set(SERVING_TASKS):
         out.append((SERVING_COLUMNS, *serving_rows(results), 2, ("Serving (xlnet-tf serve, batching):",
                                                                   serving_header(results))))
+    if tasks & set(GENERATE_TASKS):
+        out.append((GENERATE_COLUMNS, *generate_rows(results), 1, ("Generation:", generate_header(results))))
     if tasks & set(PRECISION_TASKS):
         out.append((PRECISION_COLUMNS, *precision_rows(results), 2, ("Export precisions:",
                                                                       precision_header(results))))
@@ -450,7 +523,7 @@ def plot_throughput(results, path):
 
     plt = pyplot()
     order = {task: i for i, task in enumerate(("inference", "finetune", "pretrain"))}
-    rows = sorted((r for r in results["rows"] if r["status"] == "ok" and "tokens_per_s" in r),
+    rows = sorted((r for r in results["rows"] if r["status"] == "ok" and r["task"] in STEP_TASKS),
                   key=lambda r: (order.get(r["task"], 9), r["seq_len"]))  # each task's cases side by side
     if not rows:
         return None

@@ -54,26 +54,31 @@ def document_batch(case: Case, segments, seed=0):
 
 def _finetune(case):
     """`case.warmup` untimed then `case.iterations` timed classification steps (forward, backward, AdamW;
-    dropout 0.1) on one repeated `document_batch` of S = case.segments[0] segments, the memory of every
-    earlier segment without gradient (grad_segments 1).
-    -> seconds [steps], timed_examples, row_tokens, mem_len, loss_first, loss_last."""
+    dropout 0.1) on one repeated `document_batch` of S = case.segments[0] segments, reading the memory of every
+    earlier segment with gradient through the last `case.grad_segments` segments' (0: all of them, the
+    default of `finetune --long-doc memory`; 1: none, the paper's stop_gradient) and `case.recompute`.
+    -> seconds [steps], timed_examples, row_tokens, mem_len, loss_first, loss_last and the peak memory
+    (`train_steps`)."""
     from xlnet_tf.benchmarks.run_xlnet_tf import ENCODER_INPUTS, train_steps
     from xlnet_tf.config import RunOptions, XLNetConfig
     from xlnet_tf.heads import XLNetForSequenceClassification, classification_loss
 
     (segments,) = case.segments
     mem_len = memory_length(segments, case.seq_len)
-    run_options = RunOptions(dropout=TRAINING_DROPOUT, dropatt=TRAINING_DROPOUT)
+    recompute = case.recompute or "none"
+    run_options = RunOptions(dropout=TRAINING_DROPOUT, dropatt=TRAINING_DROPOUT, recompute=recompute)
 
     def build_model():
         return XLNetForSequenceClassification(XLNetConfig(**case.dims), run_options, num_labels=2,
-                                              segment_len=case.seq_len, mem_len=mem_len, grad_segments=1)
+                                              segment_len=case.seq_len, mem_len=mem_len,
+                                              grad_segments=case.grad_segments)
 
     result = train_steps(case, build_model, classification_loss, ENCODER_INPUTS + ("label_ids",),
                          batch=document_batch(case, segments))
     return {**result, "timed_examples": case.iterations * case.batch_size, "row_tokens": segments * case.seq_len,
             "mem_len": mem_len,
-            "note": f"Trainer step, {segments} segment(s) of {case.seq_len} with memory {mem_len}, grad_segments 1"}
+            "note": f"Trainer step, {segments} segment(s) of {case.seq_len} with memory {mem_len}, grad_segments "
+                    f"{case.grad_segments or 'all'}, recompute {recompute}"}
 
 
 def _latency(case):

@@ -10,7 +10,7 @@ import tempfile
 
 import numpy as np
 
-from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, LENGTH_TASKS, MEMORY_TASKS, PRECISION_TASKS, SERVING_TASKS,
+from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, GENERATE_TASKS, LENGTH_TASKS, MEMORY_TASKS, PRECISION_TASKS, SERVING_TASKS,
                                         Case, Unsupported, memory_length, synthetic_batch, time_iterations)
 
 ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask")
@@ -38,6 +38,10 @@ def run(case: Case) -> dict:
         from xlnet_tf.benchmarks import run_precision
 
         return run_precision.run(case)
+    if case.task in GENERATE_TASKS:
+        from xlnet_tf.benchmarks import run_generate
+
+        return run_generate.run_xlnet_tf(case)
 
     keras.utils.set_random_seed(0)
     if case.implementation == "xlnet-tf-savedmodel":

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from xlnet_tf.benchmarks.common import (BASE_SIZE, DEFAULT_TASKS, DOCUMENT_SEGMENTS, DOCUMENT_TASKS,
+from xlnet_tf.benchmarks.common import (BASE_SIZE, DEFAULT_TASKS, DOCUMENT_SEGMENTS, DOCUMENT_TASKS, GENERATE_TASKS,
                                         EXPORT_PRECISIONS, LENGTH_TASKS, MEMORY_TASKS, PRECISION_TASKS, PRECISIONS,
                                         SERVING_TASKS, STEP_TASKS, Case)
 from xlnet_tf.config import MODEL_SIZES, RECOMPUTE_MODES
@@ -49,12 +49,15 @@ LENGTH_CASES = (
     ("xlnet-tf", "lengths-predict", "fixed"),
     ("xlnet-tf-savedmodel", "lengths-latency", ""),
 )
-# The "documents" tasks' cases: (implementation, task, segments per case): one fine-tuning case per segment count,
-# one export timed at every count.
+# The "documents" tasks' cases: (implementation, task, segments per case): fine-tuning cases per segment count (one
+# per DOCUMENT_TRAINING mode), one export timed at every count.
 DOCUMENT_CASES = (
     *(("xlnet-tf", "documents-finetune", (segments,)) for segments in DOCUMENT_SEGMENTS),
     ("xlnet-tf-savedmodel", "documents-latency", DOCUMENT_SEGMENTS),
 )
+# The "documents-finetune" training modes: (--grad-segments, --recompute), 0 = all segments; the first is the
+# default of `finetune --long-doc memory` (the growth table's), the third the reference of the training table.
+DOCUMENT_TRAINING = ((0, "none"), (0, "blocks"), (1, "none"), (1, "blocks"))
 # The "memory" tasks' bounds on a --recompute mode against "none" (same task, size, batch and length):
 # {mode: (peak memory ratio at most, step time ratio at most)}; None: reported without a bound.
 RECOMPUTE_BOUNDS = {"blocks": (0.5, 1.35), "attention": (None, None)}
@@ -105,6 +108,8 @@ PRECISION_TARGETS = {
     "float16": Target("export float16 vs float32 latency (GPU)", 0.65, at_most=True),
 }
 PRECISION_REQUESTS = {"one": "1 text", "batch": "batch"}  # the "precision" task's requests: {key: what it holds}
+# The "generate" task's target: our tokens/s over transformers' (its generate with the cache), same prompt.
+GENERATE_TARGET = Target("generate tokens/s vs transformers (greedy, float32)", 5.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +170,8 @@ class BenchmarkOptions:
     memory_finetune_batch_size: int = 4
     memory_finetune_size: dict = dataclasses.field(
         default_factory=lambda: {key: getattr(MODEL_SIZES["large"], key) for key in BASE_SIZE})
+    generate_prompt_lengths: tuple = (128, 512, 1024)
+    generate_new_tokens: int = 128
     serving_clients: tuple = (1, 8, 32)
     serving_seconds: float = 60.0
     serving_texts: int = 256
@@ -204,7 +211,20 @@ def plan_cases(options: BenchmarkOptions):
                             iterations=options.long_iterations if long else options.iterations,
                         ))
     return (cases + plan_length_cases(options) + plan_document_cases(options) + plan_memory_cases(options)
-            + plan_serving_cases(options) + plan_precision_cases(options))
+            + plan_serving_cases(options) + plan_precision_cases(options) + plan_generate_cases(options))
+
+
+def plan_generate_cases(options: BenchmarkOptions):
+    """The "generate" task's cases, when asked for: xlnet-tf after a prompt of each of `generate_prompt_lengths`,
+    transformers after the first (its reference), `generate_new_tokens` new tokens each, float32 without XLA, 1
+    untimed generation then `long_iterations` timed."""
+    if "generate" not in options.tasks:
+        return []
+    lengths = {"xlnet-tf": options.generate_prompt_lengths, "transformers": options.generate_prompt_lengths[:1]}
+    return [Case(implementation, "generate", 1, length, "float32", False, tuple(sorted(options.size.items())),
+                 warmup=1, iterations=options.long_iterations, new_tokens=options.generate_new_tokens)
+            for implementation in ("xlnet-tf", "transformers") if implementation in options.implementations
+            for length in lengths[implementation]]
 
 
 def plan_length_cases(options: BenchmarkOptions):
@@ -241,8 +261,10 @@ def plan_document_cases(options: BenchmarkOptions):
     for implementation, task, segments in DOCUMENT_CASES:
         if implementation in options.implementations:
             batch_size, warmup, iterations = counts[task]
-            cases.append(Case(implementation, task, batch_size, warmup=warmup, iterations=iterations,
-                              segments=segments, **common))
+            modes = DOCUMENT_TRAINING if task == "documents-finetune" else ((1, ""),)
+            cases += [Case(implementation, task, batch_size, warmup=warmup, iterations=iterations, segments=segments,
+                           grad_segments=grad_segments, recompute=recompute, **common)
+                      for grad_segments, recompute in modes]
     return cases
 
 
@@ -286,7 +308,7 @@ def run_worker(arguments, timeout):
     """Runs `python -m xlnet_tf.benchmarks.worker ARGUMENTS` -> its result dict (status "failed" when none)."""
     command = [sys.executable, "-m", "xlnet_tf.benchmarks.worker", *arguments]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
-    if any(f'"{task}"' in argument for argument in arguments for task in MEMORY_TASKS):
+    if any(f'"{task}"' in argument for argument in arguments for task in MEMORY_TASKS + ("documents-finetune",)):
         env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"  # CPU tensor memory statistics (`cpu_tensor_peak_mb`)
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
@@ -312,16 +334,23 @@ def summarize(case: Case, result: dict, peaks: dict):
     if case.task in PRECISION_TASKS:
         row["model"] = _size_name(case.dims)
         return row
+    if case.task in MEMORY_TASKS + ("documents-finetune",) and result.get("status") == "ok":
+        row["median_s"] = float(np.median(result["seconds"]))
+        kind = next((kind for kind, key in MEMORY_KINDS.items() if key in result), None)
+        if kind:
+            row.update(peak_memory_mb=result[MEMORY_KINDS[kind]], memory_kind=kind)
     if case.task in MEMORY_TASKS:
         row["model"] = _size_name(case.dims)
+        return row
+    if case.task in GENERATE_TASKS:
         if result.get("status") == "ok":
-            kind = next(kind for kind, key in MEMORY_KINDS.items() if key in result)
-            row.update(median_s=float(np.median(result["seconds"])), peak_memory_mb=result[MEMORY_KINDS[kind]],
-                       memory_kind=kind)
+            seconds = float(np.median(result["seconds"]))
+            row.update(median_s=seconds, tokens_per_s=case.new_tokens / seconds, ms_per_token=1000 * seconds /
+                       case.new_tokens)
         return row
     if case.task in DOCUMENT_TASKS:
         if result.get("status") == "ok" and case.task == "documents-finetune":
-            row["examples_per_s"] = case.batch_size / float(np.median(result["seconds"]))
+            row["examples_per_s"] = case.batch_size / row["median_s"]
         return row
     if case.task in LENGTH_TASKS:
         if result.get("status") == "ok" and result.get("timed_examples"):
@@ -524,8 +553,9 @@ def document_growth(rows):
     """How the "documents" figures grow with the segments S: one dict per S measured (ascending) with
     `segments`, `finetune_examples_per_s` and `latency_p50_ms` / `latency_p99_ms` (None when not measured), and
     against S = 1 `finetune_cost_ratio` (seconds per example) and `latency_ratio` (p50); linear growth: S."""
-    finetune = {r["segments"][0]: r["examples_per_s"] for r in rows
-                if r["task"] == "documents-finetune" and r["status"] == "ok"}
+    default = DOCUMENT_TRAINING[0]
+    finetune = {r["segments"][0]: r["examples_per_s"] for r in rows if r["task"] == "documents-finetune"
+                and r["status"] == "ok" and document_mode(r) == default}
     latency = {m["segments"]: m for r in rows if r["task"] == "documents-latency" and r["status"] == "ok"
                for m in r["by_segments"]}
     growth = []
@@ -539,6 +569,57 @@ def document_growth(rows):
             "latency_ratio": p50 / latency[1]["p50_ms"] if p50 and 1 in latency else None,
         })
     return growth
+
+
+def document_mode(row):
+    """A "documents-finetune" row's (grad_segments, recompute); rows of results written before the modes: (1,
+    "none")."""
+    return row.get("grad_segments", 1), row.get("recompute") or "none"
+
+
+def document_training(rows):
+    """The "documents-finetune" rows by training mode: one dict per (S, grad_segments, recompute) measured, in
+    DOCUMENT_TRAINING's order within each S, with `examples_per_s`, `peak_memory_mb`, `memory_kind` and, against
+    --grad-segments 1 without recompute at the same S (DOCUMENT_TRAINING[2]), `time_ratio` (seconds per example)
+    and `memory_ratio` (None where either is missing)."""
+    measured = {(r["segments"][0], *document_mode(r)): r for r in rows
+                if r["task"] == "documents-finetune" and r["status"] == "ok"}
+    order = {mode: i for i, mode in enumerate(DOCUMENT_TRAINING)}
+    out = []
+    for segments, grad_segments, recompute in sorted(measured, key=lambda k: (k[0], order.get(k[1:], len(order)))):
+        row, reference = measured[segments, grad_segments, recompute], measured.get((segments, *DOCUMENT_TRAINING[2]))
+        same_kind = reference is not None and reference.get("memory_kind") == row.get("memory_kind")
+        out.append({
+            "segments": segments, "grad_segments": grad_segments, "recompute": recompute,
+            "examples_per_s": row["examples_per_s"], "peak_memory_mb": row.get("peak_memory_mb"),
+            "memory_kind": row.get("memory_kind"),
+            "time_ratio": reference["examples_per_s"] / row["examples_per_s"] if reference else None,
+            "memory_ratio": row["peak_memory_mb"] / reference["peak_memory_mb"] if same_kind else None,
+        })
+    return out
+
+
+def generate_comparison(rows, bound=None):
+    """The "generate" rows measured: one dict per (implementation, prompt length) with `tokens_per_s`,
+    `ms_per_token`, `ms_vs_shortest` (ms per token over the same implementation's at its shortest prompt) and,
+    for xlnet-tf at a prompt length transformers also ran, `vs_transformers` (tokens/s ratio) with `met` against
+    `bound` (GENERATE_TARGET's)."""
+    bound = GENERATE_TARGET.bound if bound is None else bound
+    measured = [r for r in rows if r["task"] in GENERATE_TASKS and r["status"] == "ok"]
+    theirs = {r["seq_len"]: r for r in measured if r["implementation"] == "transformers"}
+    shortest = {}
+    for row in sorted(measured, key=lambda r: r["seq_len"]):
+        shortest.setdefault(row["implementation"], row)
+    out = []
+    for row in measured:
+        reference = theirs.get(row["seq_len"]) if row["implementation"] == "xlnet-tf" else None
+        ratio = row["tokens_per_s"] / reference["tokens_per_s"] if reference else None
+        out.append({"implementation": row["implementation"], "prompt_tokens": row["seq_len"],
+                    "new_tokens": row["new_tokens"], "tokens_per_s": row["tokens_per_s"],
+                    "ms_per_token": row["ms_per_token"],
+                    "ms_vs_shortest": row["ms_per_token"] / shortest[row["implementation"]]["ms_per_token"],
+                    "vs_transformers": ratio, "met": None if ratio is None else ratio >= bound})
+    return out
 
 
 def length_targets(rows, seq_len):
@@ -664,11 +745,14 @@ def run_benchmark(options: BenchmarkOptions, output_dir, progress=True):
     }
     if "documents" in options.tasks:
         results["documents"] = document_growth(rows)
+        results["documents_training"] = document_training(rows)
     if "memory" in options.tasks:
         results["memory"] = recompute_comparison(rows)
     if "serving" in options.tasks:
         results["serving"] = serving_targets(rows)
     if "precision" in options.tasks:
         results["precision"] = precision_comparison(rows)
+    if "generate" in options.tasks:
+        results["generate"] = generate_comparison(rows)
     report.write(results, output_dir)
     return results

@@ -23,8 +23,8 @@ from xlnet_tf.benchmarks import report, suite
 from xlnet_tf.benchmarks.common import (LENGTHS_FILE, Case, length_examples, length_histogram, sample_lengths,
                                         synthetic_batch)
 from xlnet_tf.benchmarks.flops import step_flops
-from xlnet_tf.benchmarks.suite import (LENGTH_CASES, BenchmarkOptions, add_ratios, document_growth, evaluate_targets,
-                                       machine_info, plan_cases, summarize)
+from xlnet_tf.benchmarks.suite import (LENGTH_CASES, BenchmarkOptions, add_ratios, document_growth, document_training,
+                                       evaluate_targets, machine_info, plan_cases, summarize)
 
 SMALL = {"n_token": 50, "d_model": 8, "n_layer": 2, "n_head": 2, "d_head": 4, "d_inner": 16}
 
@@ -443,16 +443,23 @@ def test_cli_flag_errors(capsys, tmp_path, flags, named):
 
 
 def test_plan_document_cases():
-    """Not in a default run; asked for: one fine-tuning case per S = 1, 2, 4, 8 and one export timed at all."""
+    """Not in a default run; asked for: fine-tuning cases per S = 1, 2, 4, 8, one per training mode (--grad-segments
+    all / 1, --recompute none / blocks; the default first), and one export timed at all."""
     default = plan_cases(BenchmarkOptions())
     print(f"default tasks {BenchmarkOptions().tasks} (bound without documents)")
     assert "documents" not in BenchmarkOptions().tasks and not [c for c in default if c.task.startswith("documents")]
     cases = plan_cases(BenchmarkOptions(tasks=("documents",), implementations=("xlnet-tf", "xlnet-tf-savedmodel")))
     tune = [c for c in cases if c.task == "documents-finetune"]
     latency = [c for c in cases if c.task == "documents-latency"]
-    print(f"fine-tuning segments {[c.segments for c in tune]} (bound (1,), (2,), (4,), (8,)); latency segments "
-          f"{[c.segments for c in latency]} (bound one case, (1, 2, 4, 8)); cases {len(cases)} (bound == 5)")
-    assert [c.segments for c in tune] == [(1,), (2,), (4,), (8,)] and len(cases) == 5
+    modes = [(0, "none"), (0, "blocks"), (1, "none"), (1, "blocks")]
+    print(f"fine-tuning segments {sorted(set(c.segments for c in tune))} (bound (1,), (2,), (4,), (8,)), modes "
+          f"{[(c.grad_segments, c.recompute) for c in tune[:4]]} (bound {modes}); latency segments "
+          f"{[c.segments for c in latency]} (bound one case, (1, 2, 4, 8)); cases {len(cases)} (bound == 17)")
+    assert [(c.segments, c.grad_segments, c.recompute) for c in tune] == [
+        ((segments,), *mode) for segments in (1, 2, 4, 8) for mode in modes]
+    assert len(cases) == 17
+    assert tune[1].label() == "xlnet-tf documents-finetune S=1 K=all recompute=blocks T=128 float32"
+    assert tune[2].to_dict()["grad_segments"] == 1 and "grad_segments" not in latency[0].to_dict()
     assert [(c.implementation, c.segments) for c in latency] == [("xlnet-tf-savedmodel", (1, 2, 4, 8))]
     for case in tune:
         print(f"{case.label()}: batch {case.batch_size} (bound 4), warm-up {case.warmup} (bound 2), timed "
@@ -470,24 +477,29 @@ def test_plan_document_cases():
         assert Case.from_dict(json.loads(json.dumps(values))) == case
     only_ours = plan_cases(BenchmarkOptions(tasks=("documents",), implementations=("xlnet-tf",),
                                             documents_batch_size=2))
-    assert [(c.task, c.batch_size) for c in only_ours] == [("documents-finetune", 2)] * 4
+    assert [(c.task, c.batch_size) for c in only_ours] == [("documents-finetune", 2)] * 16
 
 
 def fabricated_document_results():
-    """Rows of the documents tasks as `summarize` makes them: fine-tuning batch 4 at S = 1 (median 1 s: 4
-    examples/s), 2 (2 s), 8 (4 s), S = 4 failed; latency p50 10, 15, 30, 60 ms at S = 1, 2, 4, 8."""
+    """Rows of the documents tasks as `summarize` makes them: fine-tuning batch 4 in the default mode at S = 1
+    (median 1 s: 4 examples/s, peak 100 MB), 2 (2 s), 8 (4 s, 800 MB), S = 4 failed; at S = 8 also --grad-segments 1
+    (2 s, 400 MB) and all with --recompute blocks (5 s, 300 MB); latency p50 10, 15, 30, 60 ms at S = 1, 2, 4, 8."""
     options = BenchmarkOptions(size=SMALL, seq_len=128, long_seq_len=0, tasks=("documents",))
     size = tuple(sorted(SMALL.items()))
 
-    def tune(segments, result):
-        case = Case("xlnet-tf", "documents-finetune", 4, 128, size=size, segments=(segments,))
+    def tune(segments, result, grad_segments=0, recompute="none"):
+        case = Case("xlnet-tf", "documents-finetune", 4, 128, size=size, segments=(segments,),
+                    grad_segments=grad_segments, recompute=recompute)
         return summarize(case, {"status": "ok", **result} if "status" not in result else result, {})
 
     by_segments = [{"segments": s, "tokens": 128 * s - 2, "p50_ms": p50, "p99_ms": 2 * p50, "requests": 50}
                    for s, p50 in ((1, 10.0), (2, 15.0), (4, 30.0), (8, 60.0))]
     latency = Case("xlnet-tf-savedmodel", "documents-latency", 1, 128, size=size, segments=(1, 2, 4, 8))
-    rows = [tune(1, {"seconds": [1.0, 3.0, 1.0]}), tune(2, {"seconds": [2.0]}),
-            tune(4, {"status": "failed", "error": "MemoryError: too long"}), tune(8, {"seconds": [4.0]}),
+    rows = [tune(1, {"seconds": [1.0, 3.0, 1.0], "peak_tensor_mb": 100.0}), tune(2, {"seconds": [2.0]}),
+            tune(4, {"status": "failed", "error": "MemoryError: too long"}),
+            tune(8, {"seconds": [4.0], "peak_tensor_mb": 800.0}),
+            tune(8, {"seconds": [5.0], "peak_tensor_mb": 300.0}, recompute="blocks"),
+            tune(8, {"seconds": [2.0], "peak_tensor_mb": 400.0}, grad_segments=1),
             summarize(latency, {"status": "ok", "by_segments": by_segments}, {})]
     add_ratios(rows)
     return {"machine": machine_info(), "matmul_peak_gflops": {}, "matmul": {"status": "ok"},
@@ -510,17 +522,28 @@ def test_document_growth_and_report(tmp_path, capsys):
     assert growth[4]["finetune_examples_per_s"] is None and growth[4]["finetune_cost_ratio"] is None
     check("S=4 latency p50 vs S=1", growth[4]["latency_ratio"], 3.0)
     assert not [r for r in results["rows"] if "tokens_per_s" in r or "vs_transformers" in r]
+    training = {(t["segments"], t["grad_segments"], t["recompute"]): t for t in document_training(results["rows"])}
+    print(f"training modes measured {sorted(training)} (bound S=1, 2, 8 default; S=8 also blocks and K=1)")
+    assert sorted(training) == [(1, 0, "none"), (2, 0, "none"), (8, 0, "blocks"), (8, 0, "none"), (8, 1, "none")]
+    for mode, time_ratio, memory_ratio in (((8, 0, "none"), 2.0, 2.0), ((8, 0, "blocks"), 2.5, 0.75),
+                                           ((8, 1, "none"), 1.0, 1.0)):
+        check(f"{mode} seconds per example vs K=1", training[mode]["time_ratio"], time_ratio)
+        check(f"{mode} peak memory vs K=1", training[mode]["memory_ratio"], memory_ratio)
+    assert training[1, 0, "none"]["time_ratio"] is None and training[1, 0, "none"]["peak_memory_mb"] == 100.0
     markdown = report.format_markdown(results)
     table = [line for line in markdown.splitlines() if line.startswith("| ")]
-    print(f"markdown table lines {len(table)} (bound == 1 header + 4 segment counts)")
-    assert len(table) == 5 and table[0].startswith("| S | tokens | fine-tuning examples/s |")
+    print(f"markdown table lines {len(table)} (bound == 1 header + 4 segment counts, then 1 header + 6 modes)")
+    assert len(table) == 12 and table[0].startswith("| S | tokens | fine-tuning examples/s |")
+    assert table[5].startswith("| S | tokens | --grad-segments | --recompute | examples/s |")
+    assert "| 8 | 1024 | all | blocks | 0.80 | 2.50 | 300 | 0.75 |" in table
+    assert "| 4 | 512 | all | none | failed (1) |  |  |  |" in table and "Long-document training:" in markdown
     assert "| tokens/s |" not in markdown and "Long documents:" in markdown and "Real sentence lengths:" not in markdown
     assert "| 1 | 128 | 4.00 | 1.00 | 126 | 10.0 | 20.0 | 1.00 |" in table
     assert "| 8 | 1024 | 1.00 | 4.00 | 1,022 | 60.0 | 120.0 | 6.00 |" in table
     assert "| 4 | 512 | failed (1) |  | 510 | 30.0 | 60.0 | 3.00 |" in table
     assert "Linear growth in the segments: both ratios = S (1, 2, 4, 8)" in markdown
     assert "MemoryError: too long" in markdown and "Linear growth" in printed
-    assert json.loads((tmp_path / "results.json").read_text())["rows"][4]["by_segments"][3]["p50_ms"] == 60.0
+    assert json.loads((tmp_path / "results.json").read_text())["rows"][6]["by_segments"][3]["p50_ms"] == 60.0
 
 
 def test_cli_documents_flags(monkeypatch, tmp_path):
@@ -554,9 +577,9 @@ def test_documents_run_in_process(monkeypatch, tmp_path):
                                latency_warmup=0, latency_requests=1, documents_batch_size=2)
     results = suite.run_benchmark(options, str(tmp_path), progress=False)
     rows = results["rows"]
-    print(f"rows {[(r['label'], r['status'], r.get('error')) for r in rows]} (bound 3, all ok)")
-    assert len(rows) == 3 and all(r["status"] == "ok" for r in rows)
-    for row in rows[:2]:
+    print(f"rows {[(r['label'], r['status'], r.get('error')) for r in rows]} (bound 9: 2 S x 4 modes + 1, all ok)")
+    assert len(rows) == 9 and all(r["status"] == "ok" for r in rows)
+    for row in rows[:8]:
         print(f"{row['label']}: {row['examples_per_s']:.2f} examples/s (bound > 0, finite), row tokens "
               f"{row['row_tokens']} (bound 16 S), mem_len {row['mem_len']} (bound 16), loss {row['loss_first']:.3f} "
               f"(bound finite)")
@@ -573,12 +596,15 @@ def test_documents_run_in_process(monkeypatch, tmp_path):
         assert limit - 16 < tokens <= limit
         for key in ("finetune_examples_per_s", "finetune_cost_ratio", "latency_p50_ms", "latency_ratio"):
             assert math.isfinite(g[key]) and g[key] > 0, key
+    training = results["documents_training"]
+    print(f"training modes {[(t['segments'], t['grad_segments'], t['recompute']) for t in training]} (bound 8)")
+    assert len(training) == 8 and all(t["time_ratio"] > 0 for t in training)
     markdown = (tmp_path / "report.md").read_text()
     table = [line for line in markdown.splitlines() if line.startswith("| ")]
-    print(f"report table lines {len(table)} (bound == 1 header + 2)")
-    assert len(table) == 3 and "Long documents:" in markdown and "| tokens/s |" not in markdown
+    print(f"report table lines {len(table)} (bound == 1 header + 2, then 1 header + 8)")
+    assert len(table) == 12 and "Long documents:" in markdown and "| tokens/s |" not in markdown
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["documents"] == growth and saved["rows"][2]["by_segments"][1]["segments"] == 2
+    assert saved["documents"] == growth and saved["rows"][8]["by_segments"][1]["segments"] == 2
 
 
 def test_plan_memory_cases():
@@ -963,3 +989,63 @@ def test_precision_run_in_process(monkeypatch, tmp_path):
     assert ("NOT EVALUATED" in markdown) is (not native)
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["precision"] == results["precision"] and len(saved["rows"][0]["logits"]) == 4
+
+
+def test_generate_cases_comparison_and_report(tmp_path):
+    """--tasks generate: ours after prompts of 128, 512 and 1,024 tokens, transformers after 128, 128 new tokens
+    each; the comparison (tokens/s, ms per token against the shortest prompt, x transformers with the 5x target)
+    and its table, on fabricated rows."""
+    from xlnet_tf.benchmarks.suite import GENERATE_TARGET, generate_comparison
+
+    assert not [c for c in plan_cases(BenchmarkOptions()) if c.task == "generate"]
+    cases = plan_cases(BenchmarkOptions(tasks=("generate",)))
+    found = [(c.implementation, c.seq_len, c.new_tokens, c.batch_size, c.warmup, c.iterations) for c in cases]
+    print(f"generate cases {found}")
+    assert found == [("xlnet-tf", 128, 128, 1, 1, 3), ("xlnet-tf", 512, 128, 1, 1, 3), ("xlnet-tf", 1024, 128, 1, 1, 3),
+                     ("transformers", 128, 128, 1, 1, 3)]
+    assert cases[0].label() == "xlnet-tf generate +128 T=128 float32" and cases[0].to_dict()["new_tokens"] == 128
+    assert "new_tokens" not in small_case("inference").to_dict()
+    options = BenchmarkOptions(size=SMALL, tasks=("generate",), long_seq_len=0)
+    size = tuple(sorted(SMALL.items()))
+    rows = [summarize(Case(implementation, "generate", 1, length, size=size, new_tokens=128, warmup=1, iterations=3),
+                      result, {})
+            for implementation, length, result in (
+                ("xlnet-tf", 128, {"status": "ok", "seconds": [1.0, 2.0, 2.0]}),
+                ("xlnet-tf", 512, {"status": "ok", "seconds": [3.0]}),
+                ("xlnet-tf", 1024, {"status": "failed", "error": "MemoryError"}),
+                ("transformers", 128, {"status": "ok", "seconds": [12.8]}))]
+    compared = {(g["implementation"], g["prompt_tokens"]): g for g in generate_comparison(rows)}
+    check("xlnet-tf at 128: tokens/s (128 in a median 2 s)", compared["xlnet-tf", 128]["tokens_per_s"], 64.0)
+    check("xlnet-tf at 128 vs transformers (10 tokens/s)", compared["xlnet-tf", 128]["vs_transformers"], 6.4)
+    check("met (bound >= 5x)", compared["xlnet-tf", 128]["met"], True)
+    check("xlnet-tf at 512: ms per token vs 128", compared["xlnet-tf", 512]["ms_vs_shortest"], 1.5)
+    assert compared["xlnet-tf", 512]["vs_transformers"] is None and ("xlnet-tf", 1024) not in compared
+    assert GENERATE_TARGET.bound == 5.0
+    results = {"machine": machine_info(), "matmul_peak_gflops": {}, "matmul": {"status": "ok"},
+               "options": {**dataclasses.asdict(options), "xla_modes": list(options.xla_modes)}, "rows": rows,
+               "targets": evaluate_targets(rows, options), "wall_s": 1.0}
+    markdown = report.format_markdown(results)
+    table = [line for line in markdown.splitlines() if line.startswith("| ")]
+    print("\n".join(table))
+    assert table[0].startswith("| implementation | prompt tokens | new tokens | tokens/s | ms/token |")
+    assert "| xlnet-tf | 128 | 128 | 64.0 | 15.6 | 1.00 | 6.40 | MET (>= 5x) |" in table
+    assert "| xlnet-tf | 1024 | 128 | failed (1) |  |  |  |  |" in table and "Generation:" in markdown
+    assert "| tokens/s |" not in markdown.split("Generation:")[0]  # no step table
+
+
+def test_generate_runs_in_process(monkeypatch, tmp_path):
+    """`run_benchmark --tasks generate` on a tiny model: our cases generate every new token (no stop ids) after
+    prompts of 8 and 16 tokens; transformers is not installed by `make test` (reported as missing, never a 0)."""
+    monkeypatch.setattr(suite, "run_worker", measure_in_this_process)
+    options = BenchmarkOptions(size={**SMALL, "n_token": 200}, tasks=("generate",), long_seq_len=0,
+                               generate_prompt_lengths=(8, 16), generate_new_tokens=6, long_iterations=1)
+    results = suite.run_benchmark(options, str(tmp_path), progress=False)
+    rows = {(r["implementation"], r["seq_len"]): r for r in results["rows"]}
+    print({k: (r["status"], r.get("tokens_per_s"), r.get("error", "")[:60]) for k, r in rows.items()})
+    for length in (8, 16):
+        row = rows["xlnet-tf", length]
+        assert row["status"] == "ok" and row["new_tokens"] == 6 and row["prompt_tokens"] == length
+        assert math.isfinite(row["tokens_per_s"]) and row["tokens_per_s"] > 0
+    assert rows["transformers", 8]["status"] in ("ok", "missing")
+    assert [g["prompt_tokens"] for g in results["generate"] if g["implementation"] == "xlnet-tf"] == [8, 16]
+    assert "Generation:" in (tmp_path / "report.md").read_text()
