@@ -82,7 +82,15 @@ Signatures (B = batch, L = max_seq_len, T = the request's width: its longest row
   ``tags`` / ``tag_id`` / ``scores`` [B, W] at the input's columns, ``num_words``, and the entities with
   ``entity_start`` / ``entity_end`` as column indices (end exclusive) and ``entity_text`` the words joined by
   spaces. ``predict_ids`` -> ``logits`` float32 [B, T, C].
-* every export: ``encode`` (the serving text inputs, single-sentence layout for squad / race) ->
+* lm (a pretrained or converted language model; ``build_generation_module``): ``generate(text, max_new_tokens
+  int32, temperature float32, top_k int32, top_p float32, seed int64)``, each [B], and ``serving_default(text)``
+  (greedy, the export's ``max_new_tokens`` each) -> ``text`` string [B] (the continuation), ``token_ids`` int32
+  [B, N], ``log_probs`` float32 [B, N] (N: the export's ``max_new_tokens``), ``num_tokens`` int32 [B],
+  ``finish_reason`` string [B] ("stop" / "length"); the decode loop runs in the graph (``While``), sampling
+  with ``StatelessRandomUniformV2`` from each row's seed (the same seed, the same text as
+  ``xlnet_tf.generation``); ``tokenize``. A setting out of range fails the request with InvalidArgument
+  naming it.
+* every other export: ``encode`` (the serving text inputs, single-sentence layout for squad / race) ->
   ``sequence_output`` float32 [B, T, d_model], ``pooled_output`` float32 [B, d_model] (the ``<cls>`` state,
   the last position), ``padding_mask`` / ``input_ids`` / ``segment_ids`` int32 [B, T]; ``tokenize(text)``
   -> ``token_ids`` int32 [B, L], ``token_start`` / ``token_end`` int64 [B, L] (code point spans in
@@ -166,6 +174,8 @@ def _warmup_inputs(task, finetune_config):
         return [{"text": [t]} for t in texts] + [{"text": texts}]
     if task == "token-classification":
         return [{"text": [t]} for t in texts] + [{"text": texts + ["", "Paris, New York and Rio de Janeiro."]}]
+    if task == "lm":
+        return [{"text": [t]} for t in texts] + [{"text": texts}]
     if task == "squad":
         question = "What is XLNet?"
         return [{"question": [question], "context": [texts[0]]},
@@ -247,14 +257,28 @@ def _signature_summary(signatures):
 
 
 PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+LM_PROMPT_LEN, LM_NEW_TOKENS = 512, 64  # a language model's export: prompt tokens kept, new tokens at most
 
 
-def export_model(model_dir, export_base, version=None, max_seq_len=None, reusable=False, precision="float32"):
+def _lm_directory(model_dir):
+    """Whether ``model_dir`` holds a language model to export for generation (a pretrained or converted
+    directory: xlnet_config.json without finetune_config.json)."""
+    from xlnet_tf.heads import FINETUNE_FILE
+    from xlnet_tf.model import CONFIG_FILE
+
+    return not files.exists(files.join(model_dir, FINETUNE_FILE)) and files.exists(files.join(model_dir, CONFIG_FILE))
+
+
+def export_model(model_dir, export_base, version=None, max_seq_len=None, reusable=False, precision="float32",
+                 max_new_tokens=None):
     """Export a fine-tuned model directory as a TensorFlow Serving SavedModel; returns the version's path.
 
     Args:
       model_dir: a fine-tuned directory (``finetune_config.json``, ``xlnet_config.json``, checkpoint,
-        ``spiece.model``), as written by ``xlnet-tf finetune``.
+        ``spiece.model``), as written by ``xlnet-tf finetune``; or a pretrained / converted language model
+        (``xlnet_config.json``, a checkpoint with the LM head, ``spiece.model``): task "lm", text generation
+        (``build_generation_module``), ``max_seq_len`` its prompt tokens kept (default 512) and
+        ``max_new_tokens`` the most tokens a request generates (default 64).
       export_base: ``BASE/NAME``, a local folder or a URL (gs://...); the export goes to
         ``BASE/NAME/<version>/`` (see the module docstring for how it is published).
       version: a non-negative integer; default: one more than the highest existing version (1 first).
@@ -277,7 +301,18 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
         raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     model_dir, export_base = os.fspath(model_dir), files.absolute(os.fspath(export_base))
     remote = files.is_remote(export_base)
-    finetune_config = read_finetune_config(model_dir)  # fails early on a directory that is not fine-tuned
+    lm = _lm_directory(model_dir)
+    if lm and reusable:
+        raise UserError(f"{model_dir}: --reusable exports the encoder of a fine-tuned directory; this one is a "
+                        "language model (exported for generation)")
+    if max_new_tokens is not None and (not lm or max_new_tokens < 1):
+        raise UserError("--max-new-tokens is for a language model's export (a pretrained or converted directory) "
+                        f"and must be at least 1, got {max_new_tokens} for {model_dir}")
+    if lm:
+        finetune_config = {"task": "lm", "max_seq_len": LM_PROMPT_LEN,
+                           "max_new_tokens": max_new_tokens or LM_NEW_TOKENS}
+    else:
+        finetune_config = read_finetune_config(model_dir)  # fails early on a directory that is not fine-tuned
     version = _resolve_version(export_base, version)
     _check_free(export_base, version)
     task = finetune_config["task"]
@@ -286,7 +321,7 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
         raise UserError(f"--max-seq-len of a long-document model is its segment length, "
                         f"{finetune_config['max_seq_len']}; got {length} (documents take up to max_doc_len "
                         f"{finetune_config['max_doc_len']} tokens)")
-    minimum = {"squad": int(finetune_config.get("max_query_len", 64)) + 4, "race": 4}.get(task, 3)
+    minimum = {"squad": int(finetune_config.get("max_query_len", 64)) + 4, "race": 4, "lm": 1}.get(task, 3)
     minimum = 3 if reusable else minimum
     if length < minimum:
         raise UserError(f"--max-seq-len must be at least {minimum} for this {task} model, got {length}")
@@ -294,16 +329,24 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
     import tensorflow as tf
 
     from . import ops
-    from .signatures import EXAMPLE_METHODS, EXAMPLE_SIGNATURES, build_reusable_module, build_serving_module
+    from .signatures import (EXAMPLE_METHODS, EXAMPLE_SIGNATURES, build_generation_module, build_reusable_module,
+                             build_serving_module)
     from xlnet_tf.heads import load_finetuned
     from xlnet_tf.model import SPM_FILE
     from xlnet_tf.tokenization import XLNetTokenizer, tokenizer_settings
 
-    # float32 variables whatever the training precision (computing in `precision`); no dropout.
-    model, _ = load_finetuned(model_dir, dtype=PRECISIONS[precision], dropout=0.0, dropatt=0.0)
-    tokenizer = XLNetTokenizer(os.path.join(model_dir, finetune_config.get("spm_model") or SPM_FILE),
-                               **tokenizer_settings(finetune_config))
-    if reusable:
+    if lm:
+        from xlnet_tf.generation import load_generator
+
+        model, tokenizer = load_generator(model_dir, dtype=PRECISIONS[precision])
+    else:
+        # float32 variables whatever the training precision (computing in `precision`); no dropout.
+        model, _ = load_finetuned(model_dir, dtype=PRECISIONS[precision], dropout=0.0, dropatt=0.0)
+        tokenizer = XLNetTokenizer(os.path.join(model_dir, finetune_config.get("spm_model") or SPM_FILE),
+                                   **tokenizer_settings(finetune_config))
+    if lm:
+        root, signatures = build_generation_module(model, tokenizer, length, finetune_config["max_new_tokens"])
+    elif reusable:
         root, signatures = build_reusable_module(model, tokenizer, length)
     else:
         root, signatures = build_serving_module(model, tokenizer, finetune_config, length)
@@ -330,6 +373,7 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
             "long_doc": "truncate" if reusable else finetune_config.get("long_doc", "truncate"),
             "max_doc_len": None if reusable else finetune_config.get("max_doc_len"),
             "mem_len": None if reusable else finetune_config.get("mem_len"),
+            "max_new_tokens": finetune_config.get("max_new_tokens"),
             "signatures": _signature_summary(signatures),
             # the tf.Example features the classification / regression signature reads (bytes, UTF-8 text)
             "example_features": (["text_a", "text_b"] if finetune_config.get("pairs") else ["text"])

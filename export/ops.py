@@ -59,6 +59,9 @@ CORE_OPS = frozenset({
     "UnicodeDecodeWithOffsets", "UnicodeEncode",
     # tf.Example parsing (the classification / regression signatures of TensorFlow Serving's Classify / Regress)
     "ParseExampleV2",
+    # text generation (language models' generate signature): one uniform number per row and step for sampling,
+    # and the all-greedy branch (an If without stateful ops is a StatelessIf, core as If)
+    "StatelessRandomGetKeyCounter", "StatelessRandomUniformV2", "StatelessIf",
 })
 
 ALLOWED_OPS = CORE_OPS | TF_TEXT_OPS

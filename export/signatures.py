@@ -518,3 +518,80 @@ def build_reusable_module(model, tokenizer, max_seq_len):
     signatures = {"serving_default": encode.get_concrete_function(), "encode": encode.get_concrete_function(),
                   "tokenize": tokenize.get_concrete_function()}
     return root, signatures
+
+
+GENERATE_INPUTS = ("text", "max_new_tokens", "temperature", "top_k", "top_p", "seed")
+
+
+def build_generation_module(model, tokenizer, max_prompt_len, max_new_tokens):
+    """(root, signatures) for a language model (an ``XLNetPretrainer``; task "lm"): ``xlnet_tf.generation``'s
+    cached decoder in one ``While`` loop, the tokenizer and detokenizer in the graph.
+
+    ``generate(text [B], max_new_tokens int32 [B], temperature float32 [B], top_k int32 [B], top_p float32 [B],
+    seed int64 [B])`` and ``serving_default(text [B])`` (greedy, ``max_new_tokens`` each) -> ``text`` string [B]
+    (the continuation), ``token_ids`` int32 [B, N] (0 after a row's end; N = ``max_new_tokens``, the export's
+    cap), ``log_probs`` float32 [B, N], ``num_tokens`` int32 [B] and ``finish_reason`` string [B] ("stop" or
+    "length"). A prompt keeps its last ``max_prompt_len`` tokens; an empty prompt reads ``<eod>`` (the start of
+    a document). Rows stop at ``</s>``, ``<eod>`` or ``<eop>``. Plus ``tokenize(text)`` -> ``token_ids`` int32,
+    ``token_start`` / ``token_end`` int64 (code points) padded with -1 to the longest row, ``num_tokens`` int64.
+    """
+    from xlnet_tf import generation
+
+    root = _Root()
+    root.tokenizer = tokenizer
+    root.variables = _backing(model.variables)
+    root.trainable_variables = _backing(model.trainable_variables)
+    stop_ids = tf.constant(generation.default_stop_ids(tokenizer), tf.int32)
+    reasons = tf.constant(generation.FINISH_REASONS)
+
+    def decode(text, limits, temperature, top_k, top_p, seeds):
+        with tf.device("/cpu:0"):
+            keep = tf.fill(tf.shape(text, out_type=tf.int64), tf.constant(max_prompt_len, tf.int64))
+            ids = gf.keep_last(tokenizer.tokenize(text), keep)
+            ids = tf.ragged.map_flat_values(tf.cast, ids, tf.int32)
+            empty = tf.equal(ids.row_lengths(), 0)
+            eod = tf.RaggedTensor.from_row_lengths(tf.fill([tf.reduce_sum(tf.cast(empty, tf.int64))], tokenizer.eod_id),
+                                                   tf.cast(empty, tf.int64))
+            ids = tf.concat([eod, ids], axis=1)  # an empty prompt reads <eod>
+            width = tf.reduce_max(ids.row_lengths())
+            prompt_ids = gf.pad_rows(ids, width, 0, left=True)
+            prompt_mask = gf.pad_rows(tf.ones_like(ids), width, 0, left=True)
+        out = generation.decode(model, prompt_ids, prompt_mask, max_new_tokens, temperature=temperature,
+                                top_k=top_k, top_p=top_p, seeds=seeds, stop_ids=stop_ids, max_new_tokens=limits)
+        with tf.device("/cpu:0"):
+            tokens = tf.RaggedTensor.from_tensor(out["tokens"], lengths=out["lengths"])
+            continuation = tokenizer.detokenize(tokens)
+        return {"text": continuation, "token_ids": out["tokens"], "log_probs": out["log_probs"],
+                "num_tokens": out["lengths"], "finish_reason": tf.gather(reasons, out["finish_reason"])}
+
+    specs = [_text_spec("text"), tf.TensorSpec([None], tf.int32, name="max_new_tokens"),
+             tf.TensorSpec([None], tf.float32, name="temperature"), tf.TensorSpec([None], tf.int32, name="top_k"),
+             tf.TensorSpec([None], tf.float32, name="top_p"), tf.TensorSpec([None], tf.int64, name="seed")]
+
+    @_fn(specs)
+    def generate(text, max_new_tokens, temperature, top_k, top_p, seed):
+        _same_batch(text, max_new_tokens, temperature, top_k, top_p, seed)
+        checks = [tf.debugging.assert_non_negative(max_new_tokens, message="max_new_tokens must be >= 0"),
+                  tf.debugging.assert_non_negative(temperature, message="temperature must be >= 0 (0: greedy)"),
+                  tf.debugging.assert_non_negative(top_k, message="top_k must be >= 0 (0: every token)"),
+                  tf.debugging.assert_positive(top_p, message="top_p must be in (0, 1]"),
+                  tf.debugging.assert_less_equal(top_p, 1.0, message="top_p must be in (0, 1]")]
+        with tf.control_dependencies(checks):
+            return decode(tf.identity(text), max_new_tokens, temperature, top_k, top_p, seed)
+
+    @_fn([_text_spec("text")])
+    def serving_default(text):
+        batch = tf.shape(text)
+        return decode(text, tf.fill(batch, max_new_tokens), tf.zeros(batch, tf.float32), tf.zeros(batch, tf.int32),
+                      tf.ones(batch, tf.float32), tf.zeros(batch, tf.int64))
+
+    @_fn([_text_spec("text")])
+    def tokenize(text):
+        with tf.device("/cpu:0"):
+            ids, starts, ends = tokenizer.tokenize_with_offsets(text)
+            return {"token_ids": gf.pad_to_longest(ids, -1), "token_start": gf.pad_to_longest(starts, -1),
+                    "token_end": gf.pad_to_longest(ends, -1), "num_tokens": ids.row_lengths()}
+
+    signatures = {"serving_default": serving_default.get_concrete_function(),
+                  "generate": generate.get_concrete_function(), "tokenize": tokenize.get_concrete_function()}
+    return root, signatures

@@ -392,10 +392,17 @@ def add_query_arguments(parser):
     parser.add_argument("--api", default="predict", choices=("predict", "classify", "regress"),
                         help="predict: Predict on raw text; classify / regress: TensorFlow Serving's Classify / "
                              "Regress on tf.Examples holding the text (features text, or text_a and text_b)")
-    parser.add_argument("--text", action="append", help="text to classify or tag (repeat for a batch)")
+    parser.add_argument("--text", action="append", help="text to classify, tag or continue (repeat for a batch)")
     parser.add_argument("--text-b", action="append", help="second text of a pair (one per --text)")
     parser.add_argument("--question", action="append", help="question (repeat; one --context each)")
     parser.add_argument("--context", action="append", help="context paragraph of the question")
+    generation = parser.add_argument_group("a language model's export (generate)")
+    generation.add_argument("--max-new-tokens", type=int, help="tokens per prompt at most (default: the export's cap)")
+    generation.add_argument("--temperature", type=float, default=0.0, help="0: greedy; > 0: sampling")
+    generation.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
+    generation.add_argument("--top-p", type=float, default=1.0, help="sample among the most likely tokens whose "
+                            "probability reaches p")
+    generation.add_argument("--seed", type=int, default=0, help="sampling seed (prompt i: seed + i)")
     parser.add_argument("--metadata", action="store_true",
                         help="print the model's signatures (GetModelMetadata) and, from xlnet-tf serve, its export "
                              "record (task, precision, max_seq_len, labels) instead of querying it")
@@ -435,6 +442,10 @@ def _format_entities(index, text, row):
     tagged = " ".join(f"{w}/{t}" for w, t in zip(row["words"], row["tags"]))
     found = "; ".join(f"{e['type']} {e['text']!r} (bytes {e['start']}-{e['end']})" for e in row["entities"])
     return f"[{index}] {text!r}: {found or 'no entities'}\n    {tagged}"
+
+
+def _format_generation(index, text, row):
+    return f"[{index}] {text!r} -> {row['text']!r} ({row['finish_reason']}, {len(row['tokens'])} tokens)"
 
 
 def _print_metadata(client, args, out):
@@ -494,6 +505,14 @@ def query_main(args, out=None):
             formatted = _format_classification
             if args.api == "regress":
                 rows = client.regress(args.text, args.text_b, signature_name=args.signature)
+            elif "finish_reason" in outputs:  # a language model's export: generate
+                if args.text_b:
+                    raise UserError("a language model takes --text (the prompts) only")
+                rows = client.generate(args.text, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                       seed=args.seed, **({"max_new_tokens": args.max_new_tokens}
+                                                          if args.max_new_tokens else {}),
+                                       signature_name=args.signature or "generate")
+                formatted = _format_generation
             elif "entity_type" in outputs:  # a token-classification export
                 if args.text_b:
                     raise UserError("a token-classification model takes --text only")

@@ -378,6 +378,35 @@ class Client:
             results.append(row)
         return results
 
+    def generate(self, texts, max_new_tokens=2**31 - 1, temperature=0.0, top_k=0, top_p=1.0, seed=0,
+                 signature_name="generate"):
+        """Text generation (an xlnet-tf language-model export) -> one dict per prompt: {"text" (the
+        continuation), "tokens", "log_probs", "finish_reason"}. Each setting is one value for every prompt or a
+        list with one per prompt; max_new_tokens is capped by the export's; temperature 0 is greedy; a seed
+        repeats its samples (prompt i of one call samples with seed + i when one seed is given)."""
+        texts = _strings(texts, "texts")
+        count = len(texts)
+
+        def per_row(value, name, dtype):
+            values = list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value] * count
+            if len(values) != count:
+                raise ValueError(f"{name}: {len(values)} values for {count} prompts")
+            return np.asarray(values, dtype)
+
+        seeds = per_row(seed, "seed", np.int64) + (0 if isinstance(seed, (list, tuple, np.ndarray)) else
+                                                    np.arange(count))
+        outputs = self.predict({"text": texts, "max_new_tokens": per_row(max_new_tokens, "max_new_tokens", np.int32),
+                                "temperature": per_row(temperature, "temperature", np.float32),
+                                "top_k": per_row(top_k, "top_k", np.int32), "top_p": per_row(top_p, "top_p", np.float32),
+                                "seed": seeds}, signature_name)
+        results = []
+        for i in range(count):
+            n = int(outputs["num_tokens"][i])
+            results.append({"text": _text(outputs["text"][i]), "tokens": [int(t) for t in outputs["token_ids"][i][:n]],
+                            "log_probs": [float(p) for p in outputs["log_probs"][i][:n]],
+                            "finish_reason": _text(outputs["finish_reason"][i])})
+        return results
+
     def encode(self, texts, signature_name="encode"):
         """Encoder outputs of texts: {"sequence_output" [B,L,d], "pooled_output" [B,d], "padding_mask" [B,L]}."""
         return self.predict({"text": _strings(texts, "texts")}, signature_name)

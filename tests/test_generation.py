@@ -248,3 +248,61 @@ def test_a_pretrained_model_continues_its_pattern_through_python_and_the_cli(pat
           f"{python['text']!r}")
     assert sampled[0]["tokens"] == sampled[1]["tokens"] == python["tokens"]
     assert sampled[0]["tokens"] != rows[0]["tokens"]
+
+
+def test_the_export_generates_what_python_does_served_by_xlnet_tf_serve(pattern_model, tmp_path, capsys):
+    """`xlnet-tf export` of the pretrained directory (task lm): allowlisted ops, the decode loop in-graph; served by
+    `xlnet-tf serve`, `Client.generate` gives the Python API's text for the same seeds, greedy and sampled;
+    `xlnet-tf query` prints the continuation; a bad setting is refused and the server keeps serving."""
+    from xlnet_tf.cli import main
+    from xlnet_tf.export import ops
+    from xlnet_tf.serving import Client, serve
+    from xlnet_tf.serving.errors import ServingError
+
+    lm = str(pattern_model / "lm")
+    assert main(["export", "--model-dir", lm, "--export-base", str(tmp_path / "exports" / "lm"), "--max-new-tokens",
+                 "12", "--max-seq-len", "64"]) == 0
+    path = tmp_path / "exports" / "lm" / "1"
+    found = ops.saved_model_ops(str(path))
+    bad = ops.disallowed_ops(str(path))
+    print(f"ops outside the allowlist: {bad} (bound none); While {found.get('While', 0)}, StatelessRandomUniformV2 "
+          f"{found.get('StatelessRandomUniformV2', 0)} (bound >= 1 each)")
+    assert not bad and found.get("While") and found.get("StatelessRandomUniformV2")
+    record = json.loads((path / "assets.extra" / "xlnet_export.json").read_text())
+    assert (record["task"], record["max_new_tokens"], record["max_seq_len"]) == ("lm", 12, 64)
+    assert (path / "assets.extra" / "tf_serving_warmup_requests").exists()
+    assert sorted(record["signatures"]) == ["generate", "serving_default", "tokenize"]
+
+    model, tokenizer = generation.load_generator(lm)
+    prompts = ["module module module", "error error", "key key key key"]
+    greedy = generation.generate_text(model, tokenizer, prompts, max_new_tokens=12)
+    sampled = generation.generate_text(model, tokenizer, prompts, max_new_tokens=12, temperature=10.0, seed=5)
+    server = serve(model_base_path=str(tmp_path / "exports" / "lm"), model_name="lm", port=0,
+                   rest_api_port=None).start()
+    try:
+        with Client(server.grpc_target, "lm", timeout=120) as client:
+            served_greedy = client.generate(prompts)
+            served = client.generate(prompts, temperature=10.0, seed=5)
+            default = client.predict({"text": prompts})  # serving_default: greedy, the export's cap
+            with pytest.raises(ServingError) as refused:
+                client.generate(prompts[:1], top_p=2.0)
+            again = client.generate(prompts[:1])
+        for name, ours, theirs in (("greedy", greedy, served_greedy), ("temperature 10, seed 5", sampled, served)):
+            print(f"{name}: Python {[r['text'] for r in ours]} vs served {[r['text'] for r in theirs]}")
+            assert [r["tokens"] for r in ours] == [r["tokens"] for r in theirs]
+            assert [r["text"] for r in ours] == [r["text"] for r in theirs]
+            diff = max(abs(a - b) for r, s in zip(ours, theirs) for a, b in zip(r["log_probs"], s["log_probs"]))
+            print(f"  log_probs max |diff| {diff:.1e} (bound 1e-4)")
+            assert diff <= 1e-4
+        assert [t.decode() for t in default["text"]] == [r["text"] for r in greedy]
+        print(f"top_p 2.0 -> {refused.value}")
+        assert "INVALID_ARGUMENT" in str(refused.value) and "top_p must be in (0, 1]" in str(refused.value)
+        assert again[0]["tokens"] == greedy[0]["tokens"]
+        earlier = capsys.readouterr().out  # the checks printed so far, printed again below
+        assert main(["query", "--server", server.grpc_target, "--model", "lm", "--text", prompts[1], "--timeout",
+                     "120"]) == 0
+        printed = capsys.readouterr().out
+        print(earlier + printed)
+        assert repr(greedy[1]["text"]) in printed and "(length, 12 tokens)" in printed
+    finally:
+        server.stop(1)

@@ -331,7 +331,7 @@ def _export(args):
     from xlnet_tf.export import export_model
 
     print(export_model(args.model_dir, args.export_base, args.version, args.max_seq_len, args.reusable,
-                       precision=args.precision))
+                       precision=args.precision, max_new_tokens=args.max_new_tokens))
 
 
 def _generate(args):
@@ -558,11 +558,15 @@ def build_parser():
     demo.set_defaults(run=_demo)
 
     export = commands.add_parser("export", help="a fine-tuned model -> SavedModel with built-in tokenization")
-    export.add_argument("--model-dir", required=True, help="a fine-tuned model directory")
+    export.add_argument("--model-dir", required=True, help="a fine-tuned model directory, or a pretrained / "
+                        "converted language model (exported for text generation: task lm)")
     export.add_argument("--export-base", required=True, metavar="BASE/NAME", help="writes BASE/NAME/<version>/ (local, or gs://...: copied file by file, "
                                      "saved_model.pb last)")
     export.add_argument("--version", type=int, help="default: the next free integer")
-    export.add_argument("--max-seq-len", type=int, help="default: the model's max_seq_len")
+    export.add_argument("--max-seq-len", type=int, help="default: the model's max_seq_len (a language model: the "
+                        "prompt tokens kept, 512)")
+    export.add_argument("--max-new-tokens", type=int, help="a language model's export: the most tokens one request "
+                        "generates (default 64)")
     export.add_argument("--reusable", action="store_true",
                         help="export the encoder alone as a reusable, trainable SavedModel")
     export.add_argument("--precision", default="float32", choices=("float32", "bfloat16", "float16"),
@@ -599,7 +603,9 @@ def build_parser():
     bench.add_argument("--tasks", default="inference,finetune,pretrain,lengths",
                        help="lengths: fine-tuning, predict and the export's latency on SST-2 sentence lengths; "
                             "documents (not by default): fine-tuning examples/s and the export's latency on long "
-                            "documents of 1, 2, 4 and 8 segments of --seq-len read with memory; memory (not by "
+                            "documents of 1, 2, 4 and 8 segments of --seq-len read with memory (fine-tuning with "
+                            "--grad-segments all and 1, each with --recompute none and blocks, with its peak memory); "
+                            "memory (not by "
                             "default): peak memory and step time of a pretraining step (--model-size) and a "
                             "fine-tuning step (--memory-finetune-size) with each --recompute mode; serving (not by "
                             "default): xlnet-tf serve with batching (--model-size's export) at 1, 8 and 32 gRPC "
@@ -608,7 +614,9 @@ def build_parser():
                             "latency for one text of --seq-len - 2 pieces and for a batch of --precision-batch-size, "
                             "in process and served, against float32, with the logits' relative error and the "
                             "share of equal labels; target: bfloat16 p50 (batch, in process) <= 0.65x float32's, "
-                            "evaluated on CPUs with avx512_bf16 or amx_bf16 and on GPUs (float16: on GPUs)")
+                            "evaluated on CPUs with avx512_bf16 or amx_bf16 and on GPUs (float16: on GPUs); "
+                            "generate (not by default): greedy tokens/s after one prompt of 128, 512 and 1,024 tokens "
+                            "(128 new), against transformers' XLNetLMHeadModel.generate at 128; target >= 5x")
     bench.add_argument("--precisions", default="float32,bfloat16", help="of xlnet-tf (references: float32)")
     bench.add_argument("--xla", default="both", choices=("both", "on", "off"))
     bench.add_argument("--implementations", default="xlnet-tf,xlnet-tf-savedmodel,keras-hub,model-garden,transformers",

@@ -94,10 +94,16 @@ def choose_tokens(logits, temperature, top_k, top_p, uniforms):
 
 def row_uniforms(seeds, step):
     """One uniform number in [0, 1) per row for `step`: seeds [B] int64 -> [B] float32, row b's drawn from
-    (seeds[b], step) alone, so that it does not depend on the batch."""
-    pairs = tf.stack([tf.cast(seeds, tf.int64), tf.fill(tf.shape(seeds), tf.cast(step, tf.int64))], axis=1)
-    return tf.map_fn(lambda pair: tf.random.stateless_uniform([], seed=pair), pairs,
-                     fn_output_signature=tf.float32)
+    (seeds[b], step) alone, so that it does not depend on the batch (a loop over the rows: stateless random ops
+    take one seed per call)."""
+    seeds = tf.cast(seeds, tf.int64)
+    batch = tf.shape(seeds)[0]
+
+    def draw(b, out):
+        value = tf.random.stateless_uniform([], seed=tf.stack([seeds[b], tf.cast(step, tf.int64)]))
+        return b + 1, tf.where(tf.equal(tf.range(batch), b), value, out)
+
+    return tf.while_loop(lambda b, _: b < batch, draw, (tf.constant(0), tf.zeros([batch], tf.float32)))[1]
 
 
 def _query_inputs(ids, mask):
@@ -107,7 +113,8 @@ def _query_inputs(ids, mask):
     slot = tf.zeros([batch, 1], tf.int32)
     return {"input_ids": tf.concat([tf.cast(ids, tf.int32), slot], 1),
             "padding_mask": tf.concat([tf.cast(mask, tf.int32), slot], 1),
-            "target_mapping": tf.one_hot(tf.fill([batch, 1], length), length + 1, dtype=tf.float32)}
+            "target_mapping": tf.cast(tf.equal(tf.range(length + 1), length), tf.float32)[None, None] *
+                              tf.ones([batch, 1, 1])}
 
 
 def decode(pretrainer, prompt_ids, prompt_mask, cap, *, temperature, top_k, top_p, seeds, stop_ids,
@@ -138,9 +145,13 @@ def decode(pretrainer, prompt_ids, prompt_mask, cap, *, temperature, top_k, top_
     out = transformer(_query_inputs(prompt_ids, prompt_mask), return_heads=True, output_positions=nothing)
     logits = pretrainer.lm_logits(out["query_output"])[:, 0]
     fill = tf.maximum(width - prompt_len, 0)  # empty (masked) slots left of the prompt
-    cache = [tuple(tf.pad(h[:, :, :prompt_len], [[0, 0], [0, 0], [fill, 0], [0, 0]])[:, :, -width:] for h in heads)
-             for heads in out["heads"]]
-    valid = tf.pad(prompt_mask, [[0, 0], [fill, 0]])[:, -width:]
+
+    def left_filled(h):  # [B, N, P, H] -> [B, N, width, H]: the last `width` positions, empty slots first
+        empty = tf.zeros(tf.stack([batch, tf.shape(h)[1], fill, tf.shape(h)[3]]), h.dtype)
+        return tf.concat([empty, h[:, :, :prompt_len]], axis=2)[:, :, -width:]
+
+    cache = [tuple(left_filled(h) for h in heads) for heads in out["heads"]]
+    valid = tf.concat([tf.zeros(tf.stack([batch, fill]), tf.int32), prompt_mask], axis=1)[:, -width:]
     encoding = relative_positional_encoding(2, width + 2, transformer.config.d_model, "bi", False,
                                             transformer.run_options.clamp_len)
     encoding = tf.cast(encoding, transformer.compute_dtype)
@@ -158,7 +169,9 @@ def decode(pretrainer, prompt_ids, prompt_mask, cap, *, temperature, top_k, top_
     def body(i, logits, cache, valid, tokens, log_probs, done, lengths, stopped, seen):
         if return_logits:
             seen = tf.where(tf.equal(tf.range(cap), i)[None, :, None], logits[:, None], seen)
-        chosen = choose_tokens(logits, temperature, top_k, top_p, row_uniforms(seeds, i))
+        chosen = tf.cond(tf.reduce_any(temperature > 0),  # all greedy: no sort, no random numbers
+                         lambda: choose_tokens(logits, temperature, top_k, top_p, row_uniforms(seeds, i)),
+                         lambda: tf.argmax(logits, axis=-1, output_type=tf.int32))
         log_prob = tf.gather(tf.nn.log_softmax(logits), chosen[:, None], batch_dims=1)[:, 0]
         is_stop = tf.reduce_any(tf.equal(chosen[:, None], stop_ids[None, :]), axis=1)
         emit = tf.logical_and(tf.logical_not(done), tf.logical_not(is_stop))
@@ -266,10 +279,10 @@ def generate_text(pretrainer, tokenizer, prompts, options=None, padding_text=Non
     return outputs
 
 
-def load_generator(model_dir, spm_model=None):
+def load_generator(model_dir, spm_model=None, dtype=None):
     """A pretrained (`xlnet-tf pretrain`) or converted (`convert`, with an LM head) directory, on any
     filesystem -> (XLNetPretrainer, XLNetTokenizer); the tokenizer from `spm_model` or the directory's
-    spiece.model, with the preprocessing switches the directory records."""
+    spiece.model, with the preprocessing switches the directory records; `dtype` a Keras dtype policy."""
     from xlnet_tf import files
     from xlnet_tf.errors import UserError
     from xlnet_tf.model import SPM_FILE, XLNetPretrainer
@@ -279,7 +292,7 @@ def load_generator(model_dir, spm_model=None):
     if not files.exists(spm_model):
         raise UserError(f"{spm_model}: no SentencePiece model (give --spm-model)")
     try:
-        model = XLNetPretrainer.from_pretrained(model_dir)
+        model = XLNetPretrainer.from_pretrained(model_dir, dtype=dtype)
     except ConfigError as error:
         raise UserError(str(error)) from None
     tokenizer = XLNetTokenizer(spm_model, **tokenizer_settings(read_tokenizer_settings(model_dir)))
