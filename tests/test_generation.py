@@ -306,3 +306,39 @@ def test_the_export_generates_what_python_does_served_by_xlnet_tf_serve(pattern_
         assert repr(greedy[1]["text"]) in printed and "(length, 12 tokens)" in printed
     finally:
         server.stop(1)
+
+
+def test_generate_reads_and_writes_remote_paths(pattern_model, tmp_path, monkeypatch, capsys):
+    """`xlnet-tf generate` with the model, the prompts and the output on ram:// (TensorFlow's in-memory filesystem,
+    standing in for gs://): the same rows as locally, nothing written to the working directory; a bad JSONL line
+    is named by file and line."""
+    import os
+    import uuid
+
+    from xlnet_tf import files
+    from xlnet_tf.cli import main
+
+    remote = f"ram://xlnet-generate-{uuid.uuid4().hex[:12]}"
+    for folder, _, names in os.walk(pattern_model / "lm"):  # config, spiece.model, checkpoints/
+        for name in names:
+            relative = os.path.relpath(os.path.join(folder, name), pattern_model / "lm")
+            files.copy(os.path.join(folder, name), f"{remote}/lm/{relative}")
+    prompts = [{"id": 1, "prompt": "error error"}, {"id": 2, "prompt": "key key key"}]
+    files.write_text(f"{remote}/prompts.jsonl", "".join(json.dumps(p) + "\n" for p in prompts))
+    monkeypatch.chdir(tmp_path)
+    assert main(["generate", "--model-dir", f"{remote}/lm", "--input", f"{remote}/prompts.jsonl", "--output",
+                 f"{remote}/out.jsonl", "--max-new-tokens", "6"]) == 0
+    remote_rows = [json.loads(line) for line in files.read_text(f"{remote}/out.jsonl").splitlines()]
+    assert main(["generate", "--model-dir", str(pattern_model / "lm"), "--prompt", "error error", "--prompt",
+                 "key key key", "--max-new-tokens", "6", "--output", str(tmp_path / "local.jsonl")]) == 0
+    local_rows = [json.loads(line) for line in open(tmp_path / "local.jsonl", encoding="utf-8")]
+    print(f"ram:// rows {[(r['id'], r['text']) for r in remote_rows]}; working directory {os.listdir(tmp_path)}")
+    assert [r["id"] for r in remote_rows] == [1, 2]  # the input's fields are kept
+    assert [r["tokens"] for r in remote_rows] == [r["tokens"] for r in local_rows]
+    assert os.listdir(tmp_path) == ["local.jsonl"]
+    files.write_text(f"{remote}/bad.jsonl", '{"prompt": "ok"}\n{"text": "no prompt"}\n')
+    earlier = capsys.readouterr().out  # printed again below
+    assert main(["generate", "--model-dir", f"{remote}/lm", "--input", f"{remote}/bad.jsonl"]) == 2
+    error = capsys.readouterr().err
+    print(earlier + error)
+    assert f"{remote}/bad.jsonl:2: a JSONL line needs a string field \"prompt\"" in error
