@@ -395,10 +395,11 @@ class Client:
 
         seeds = per_row(seed, "seed", np.int64) + (0 if isinstance(seed, (list, tuple, np.ndarray)) else
                                                     np.arange(count))
-        outputs = self.predict({"text": texts, "max_new_tokens": per_row(max_new_tokens, "max_new_tokens", np.int32),
-                                "temperature": per_row(temperature, "temperature", np.float32),
-                                "top_k": per_row(top_k, "top_k", np.int32), "top_p": per_row(top_p, "top_p", np.float32),
-                                "seed": seeds}, signature_name)
+        inputs = {"text": texts, "max_new_tokens": per_row(max_new_tokens, "max_new_tokens", np.int32),
+                  "temperature": per_row(temperature, "temperature", np.float32),
+                  "top_k": per_row(top_k, "top_k", np.int32), "top_p": per_row(top_p, "top_p", np.float32),
+                  "seed": seeds}
+        outputs = self.predict(inputs, signature_name)
         results = []
         for i in range(count):
             n = int(outputs["num_tokens"][i])

@@ -141,8 +141,8 @@ class _HeadModel(keras.Model):
 
 # Long documents (sequence heads): `segment_len` L > 0 reads rows of S * L positions as S segments, each attending
 # to the memory of the ones before (`mem_len` positions per layer), memory keeping its gradient for the last
-# `grad_segments` segments (0: all of them). The memory lives inside one document: run_options.mem_len (memory carried from batch
-# to batch, as pretraining does) stays as given.
+# `grad_segments` segments (0: all of them). The memory lives inside one document: run_options.mem_len (memory
+# carried from batch to batch, as pretraining does) stays as given.
 DOCUMENT_KWARGS = ("segment_len", "mem_len", "grad_segments")
 
 
