@@ -23,6 +23,8 @@ DOCUMENT_TASKS = ("documents-finetune", "documents-latency")
 DOCUMENT_SEGMENTS = (1, 2, 4, 8)  # segments of seq_len per document
 # The "memory" group: peak memory and step time of training steps with each --recompute mode.
 MEMORY_TASKS = ("memory-pretrain", "memory-finetune")
+# The tasks measured with a --recompute mode and for their peak memory (each case in its own process).
+PEAK_MEMORY_TASKS = MEMORY_TASKS + ("documents-finetune",)
 # The "serving" group: `xlnet-tf serve` with batching against serving_default in process (benchmarks/serving.py).
 SERVING_TASKS = ("serving-throughput",)
 # The "precision" group: the export's latency and logits in each `export --precision` (benchmarks/run_precision.py).
@@ -134,7 +136,7 @@ class Case:
             values["segments"] = list(self.segments)
         else:
             del values["segments"]
-        if self.task not in MEMORY_TASKS + ("documents-finetune",):
+        if self.task not in PEAK_MEMORY_TASKS:
             del values["recompute"]
         if self.task != "documents-finetune":
             del values["grad_segments"]

@@ -24,8 +24,8 @@ import time
 import numpy as np
 
 from xlnet_tf.benchmarks.common import (BASE_SIZE, DEFAULT_TASKS, DOCUMENT_SEGMENTS, DOCUMENT_TASKS, GENERATE_TASKS,
-                                        EXPORT_PRECISIONS, LENGTH_TASKS, MEMORY_TASKS, PRECISION_TASKS, PRECISIONS,
-                                        SERVING_TASKS, STEP_TASKS, Case)
+                                        EXPORT_PRECISIONS, LENGTH_TASKS, MEMORY_TASKS, PEAK_MEMORY_TASKS,
+                                        PRECISION_TASKS, PRECISIONS, SERVING_TASKS, STEP_TASKS, Case)
 from xlnet_tf.config import MODEL_SIZES, RECOMPUTE_MODES
 from xlnet_tf.benchmarks.flops import step_flops
 from xlnet_tf.benchmarks.worker import RESULT_PREFIX
@@ -308,7 +308,7 @@ def run_worker(arguments, timeout):
     """Runs `python -m xlnet_tf.benchmarks.worker ARGUMENTS` -> its result dict (status "failed" when none)."""
     command = [sys.executable, "-m", "xlnet_tf.benchmarks.worker", *arguments]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
-    if any(f'"{task}"' in argument for argument in arguments for task in MEMORY_TASKS + ("documents-finetune",)):
+    if any(f'"{task}"' in argument for argument in arguments for task in PEAK_MEMORY_TASKS):
         env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"  # CPU tensor memory statistics (`cpu_tensor_peak_mb`)
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
@@ -334,7 +334,7 @@ def summarize(case: Case, result: dict, peaks: dict):
     if case.task in PRECISION_TASKS:
         row["model"] = _size_name(case.dims)
         return row
-    if case.task in MEMORY_TASKS + ("documents-finetune",) and result.get("status") == "ok":
+    if case.task in PEAK_MEMORY_TASKS and result.get("status") == "ok":
         row["median_s"] = float(np.median(result["seconds"]))
         kind = next((kind for kind, key in MEMORY_KINDS.items() if key in result), None)
         if kind:

@@ -203,15 +203,14 @@ def left_padded(rows, mask=None):
     import numpy as np
 
     if isinstance(rows, (list, tuple)) and (not rows or isinstance(rows[0], (list, tuple))):
+        from xlnet_tf.data.graph_features import pad_rows
+
         if mask is not None:
             raise ValueError("prompt_mask goes with a padded [B, P] array, not with lists of ids")
+        ragged = tf.ragged.constant([list(row) for row in rows], tf.int32, ragged_rank=1, inner_shape=())
         width = max((len(row) for row in rows), default=0)
-        ids = np.zeros([len(rows), width], np.int32)
-        mask = np.zeros([len(rows), width], np.int32)
-        for b, row in enumerate(rows):
-            if row:
-                ids[b, width - len(row):], mask[b, width - len(row):] = row, 1
-        return ids, mask
+        return (pad_rows(ragged, width, 0, left=True).numpy(),
+                pad_rows(tf.ones_like(ragged), width, 0, left=True).numpy())
     ids = np.asarray(rows, np.int32)
     mask = np.ones_like(ids) if mask is None else np.asarray(mask, np.int32)
     if ids.ndim != 2 or mask.shape != ids.shape:
