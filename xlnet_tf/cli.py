@@ -166,7 +166,7 @@ def _finetune(args):
         max_doc_len=args.max_doc_len, mem_len=args.mem_len, grad_segments=args.grad_segments,
         tag_column=args.tag_column, label_all_pieces=args.label_all_pieces, squad_head=args.squad_head,
         max_answer_length=args.max_answer_length, label_separator=args.label_separator,
-        tune_thresholds=args.tune_thresholds,
+        tune_thresholds=args.tune_thresholds, packing=args.packing,
         run_options=RunOptions(dropout=args.dropout, dropatt=args.dropatt, recompute=args.recompute),
     )
     probe = setup(config=None, spm_model=None)  # bad flags fail before any work
@@ -464,6 +464,12 @@ def build_parser():
                                "padded to its stratum's width (auto: up to 4 strata chosen from the training "
                                "file; none: every row padded to --max-seq-len; L1,L2,...: these widths); "
                                "evaluate and predict batch by the same widths")
+    finetune.add_argument("--packing", default="auto", metavar="auto|none",
+                          help="auto (the default): classification, regression, multi-label and race pack a step's "
+                               "examples into rows of a fixed width (the longest training row), each example "
+                               "attending only to itself, when that computes no more positions than the length "
+                               "strata; evaluate and predict pack the same way. none: length strata only. SQuAD, "
+                               "token classification and --long-doc memory never pack")
     finetune.add_argument("--long-doc", choices=["truncate", "memory"], default="truncate",
                           help="texts longer than --max-seq-len: truncate (one window, the original's) or memory "
                                "(classification, regression, race: up to --max-doc-len tokens read as segments of "

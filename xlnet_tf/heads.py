@@ -5,6 +5,10 @@ XLNetForTokenClassification: one tag per position). Each is a keras.Model whose 
 
 Inputs are the encoder's (`input_ids`, `segment_ids`, `padding_mask`) plus, for SQuAD, `p_mask` [B, T]
 (1 = cannot be in an answer) and `cls_index` [B]; multiple choice takes [B, C, T] inputs.
+
+Sequence heads (classification, regression, multi-label, multiple choice) also take packed rows
+(`data.packing.pack_rows`): [R, W] encoder inputs with `example_ids`, [R, E] `cls_positions` and
+`example_slots` ([B], or [B, C] for multiple choice), and return the same per-example outputs.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from xlnet_tf.layers.dropout import Dropout
 from xlnet_tf import files
 from xlnet_tf.model import XLNetModel, _from_config, _read_config, _restore, _write_pretrained
 
-ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask")
+ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask", "example_ids")
 MASKED = -1e30  # the original's masking constant; logits are float32
 
 
@@ -107,8 +111,13 @@ class _HeadModel(keras.Model):
         the encoder's last layer computes only that row.
 
         With `segment_len` (long documents), rows of S * segment_len positions are read as S segments with
-        Transformer-XL memory (`XLNetModel.encode_document`) and the last segment's <cls> is returned.
+        Transformer-XL memory (`XLNetModel.encode_document`) and the last segment's <cls> is returned. Packed
+        rows (`example_slots` in the inputs) give each sequence's <cls>, [n, 1, d] in `example_slots` order.
         """
+        if "example_slots" in inputs:  # packed rows: the last layer computes each slot's <cls> only
+            hidden = self.encode(inputs, training, output_positions=tf.cast(inputs["cls_positions"], tf.int32))
+            hidden = tf.reshape(hidden, [-1, self.config.d_model])
+            return tf.gather(hidden, tf.reshape(tf.cast(inputs["example_slots"], tf.int32), [-1]))[:, None]
         shape = tf.shape(inputs["input_ids"])
         segment_len = self.head_config.get("segment_len", 0)
         if not segment_len:
@@ -185,8 +194,11 @@ class XLNetForMultipleChoice(_HeadModel):
         self.logits_proj.build()
 
     def call(self, inputs, training=False):
-        shape = tf.shape(inputs["input_ids"])
-        flat = {k: tf.reshape(inputs[k], [-1, shape[2]]) for k in ENCODER_INPUTS if k in inputs}
+        if "example_slots" in inputs:  # packed rows: every option is a sequence of its own
+            flat, shape = inputs, tf.shape(inputs["example_slots"])
+        else:
+            shape = tf.shape(inputs["input_ids"])
+            flat = {k: tf.reshape(inputs[k], [-1, shape[2]]) for k in ENCODER_INPUTS if k in inputs}
         summary = self.sequence_summary(self.encode_last(flat, training), training=training)
         logits = tf.cast(self.logits_proj(summary), tf.float32)
         return {"logits": tf.reshape(logits, [shape[0], shape[1]])}

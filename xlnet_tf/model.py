@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 CONFIG_FILE = "xlnet_config.json"
 CHECKPOINT_PREFIX = "model.ckpt"
 SPM_FILE = "spiece.model"
-MODEL_INPUTS = ("input_ids", "segment_ids", "padding_mask", "perm_mask", "target_mapping")
+MODEL_INPUTS = ("input_ids", "segment_ids", "padding_mask", "perm_mask", "target_mapping", "example_ids")
 
 
 def cache_memory(hidden, previous, mem_len, reuse_len):
@@ -42,7 +42,8 @@ class XLNetModel(keras.Model):
 
     Call with a dict: `input_ids` [B, T] int; optional `segment_ids` [B, T] (no segment term when absent),
     `padding_mask` [B, T] (1 = real token; all real when absent), `perm_mask` [B, T, T] (1 = position i may
-    NOT attend to j), `target_mapping` [B, P, T] (one-hot rows, or all-zero rows for padded targets); and
+    NOT attend to j), `target_mapping` [B, P, T] (one-hot rows, or all-zero rows for padded targets),
+    `example_ids` [B, T] (packed rows, `data.packing`: a token attends only to tokens of its own id); and
     `mems=` a list of n_layer [B, M, d_model] tensors, with `mems_valid=` [B, M] (1 = a real memory position;
     all visible when absent; not named `mems_mask`, which Keras fills with the mems' Keras masks).
 
@@ -131,7 +132,8 @@ class XLNetModel(keras.Model):
         klen = mlen + qlen
 
         content_blocked, query_blocked = masks.attention_blocked(
-            padding_mask, inputs.get("perm_mask"), mlen, run.attn_type, run.same_length, mems_valid
+            padding_mask, inputs.get("perm_mask"), mlen, run.attn_type, run.same_length, mems_valid,
+            inputs.get("example_ids"),
         )
         segment_ids = inputs.get("segment_ids")
         segment_diff = None if segment_ids is None else masks.segment_different(segment_ids, mlen)

@@ -23,12 +23,20 @@ def causal_blocked(qlen, mlen, same_length=False):
     return blocked
 
 
-def attention_blocked(padding_mask, perm_mask=None, mlen=0, attn_type="bi", same_length=False, mems_mask=None):
+def example_blocked(example_ids):
+    """[B, T] int example ids of packed rows -> [B, T, T] bool: True where query i and key j belong to different
+    examples (a block-diagonal mask: each example attends only to itself)."""
+    example_ids = tf.convert_to_tensor(example_ids)
+    return tf.not_equal(example_ids[:, :, None], example_ids[:, None, :])
+
+
+def attention_blocked(padding_mask, perm_mask=None, mlen=0, attn_type="bi", same_length=False, mems_mask=None,
+                      example_ids=None):
     """Masks for both streams, as the original's `attn_mask` and `non_tgt_mask`.
 
     padding_mask: [B, T], 1 = real token; perm_mask: optional [B, T, T], 1 = i may not attend to j;
     mems_mask: optional [B, mlen], 1 = a real memory position (None: every memory position is visible, as
-    the original).
+    the original); example_ids: optional [B, T] (packed rows: a token attends only to its own example's).
     Returns (content_blocked, query_blocked), both bool [B, T, mlen + T]: the query stream's mask is the
     union of padding, permutation and causal masks; the content stream's is the same but every position may
     always attend to itself.
@@ -40,6 +48,8 @@ def attention_blocked(padding_mask, perm_mask=None, mlen=0, attn_type="bi", same
     if perm_mask is not None:
         perm_mask = tf.convert_to_tensor(perm_mask)
         data = tf.logical_or(data, tf.not_equal(perm_mask, tf.zeros([], perm_mask.dtype)))
+    if example_ids is not None:
+        data = tf.logical_or(data, example_blocked(example_ids))
     data = tf.broadcast_to(data, [batch, qlen, qlen])
     if mems_mask is None:
         memory = tf.zeros([batch, qlen, mlen], tf.bool)

@@ -57,6 +57,9 @@ class FinetuneSetup:
     start + end logit, the null answer by the <cls> score); max_answer_length: pieces of a predicted answer.
     label_separator, tune_thresholds: multi-label: what separates a TSV / CSV field's labels, and whether each
     label's threshold is tuned on eval_file for the best F1 (default 0.5 each); thresholds are recorded.
+    packing: "auto" (classification, regression, multi-label and RACE in one window: a step's examples packed
+    into rows of a fixed width, `data.packing`, when a packed step computes at most the positions of the length
+    strata's; the width is recorded and evaluate / predict pack too) or "none" (length strata only).
     """
 
     task: str
@@ -84,8 +87,12 @@ class FinetuneSetup:
     max_answer_length: int = 64
     label_separator: str = ","
     tune_thresholds: bool = False
+    packing: str = "auto"
 
     def __post_init__(self):
+        from xlnet_tf.data.packing import parse_mode
+
+        object.__setattr__(self, "packing", parse_mode(self.packing))
         if self.squad_head not in SQUAD_HEADS:
             raise UserError(f"--squad-head must be one of {', '.join(SQUAD_HEADS)}, got {self.squad_head!r}")
         if self.max_answer_length < 1:
@@ -215,23 +222,27 @@ def crop(batch, width, left_padded, fixed=()):
 class TaskInput:
     """The training loop's input for fine-tuning: every batch is a tuple with one part per length stratum
     (`buckets.Strata`), the part's rows cropped to its stratum's width (a static shape per part: one traced
-    program for every step).
+    program for every step); or, with `packed` (a `packing.PackedPlan`), one dict of packed rows holding the
+    same examples (`packing.pack_rows`: one static shape, one model call per micro-batch).
 
     features: numpy rows padded to max_seq_len (`TaskData.features`); keys: the model inputs and labels;
     plan: `buckets.training_plan`, for the strategy's number of replicas.
     """
 
-    def __init__(self, features, keys, task, plan):
+    def __init__(self, features, keys, task, plan, packed=None):
         self.features = {k: features[k] for k in keys}
         self.left_padded = LEFT_PADDED[task]
         self.fixed = PER_EXAMPLE_LABELS.get(task, ())
         self.plan = plan
+        self.packed = packed
         self.rows_per_example = features["input_ids"].shape[1] if task == "race" else 1  # RACE: C option rows
         self._tables = None
 
     def dataset(self, input_context, start_step):
-        """Per-replica batches (tuples of parts) from step `start_step` on."""
+        """Per-replica batches (tuples of parts, or packed dicts) from step `start_step` on."""
         import tensorflow as tf
+
+        from xlnet_tf.data import packing
 
         if self._tables is None:  # one host copy of the rows, shared by every pipeline's dataset
             with tf.device("/cpu:0"):
@@ -242,10 +253,23 @@ class TaskInput:
                              f"{input_context.num_replicas_in_sync}")
         local = plan.replicas // input_context.num_input_pipelines  # replicas this pipeline feeds
         first = input_context.input_pipeline_id * local
+        begin = start_step * plan.accum
+
+        def mine(array):  # [micro, replicas, n] -> this pipeline's per-replica shares from `begin` on
+            return array[begin:, first:first + local].reshape(-1, array.shape[-1]).astype(np.int32)
+
+        if self.packed is not None:
+            packed = self.packed
+
+            def pack(examples, row, offset, slot):
+                batch = {k: tf.gather(table, examples) for k, table in tables.items()}
+                return packing.pack_rows(batch, row, offset, slot, packed.shape)
+
+            slices = (mine(packing.plan_examples(plan)), mine(packed.row), mine(packed.offset), mine(packed.slot))
+            return tf.data.Dataset.from_tensor_slices(slices).map(pack).prefetch(tf.data.AUTOTUNE)
         parts = []
         for batches, count in zip(plan.batches, plan.strata.counts):
-            rows = batches[start_step * plan.accum:].reshape(-1, plan.replicas, count)
-            parts.append(rows[:, first:first + local].reshape(-1, count).astype(np.int32))
+            parts.append(mine(batches.reshape(len(batches), plan.replicas, count)))
 
         def gather(*indices):
             return tuple(crop({k: tf.gather(table, rows) for k, table in tables.items()}, width, self.left_padded,
@@ -259,6 +283,8 @@ class TaskInput:
         plan = self.plan
         micro = slice(first_step * plan.accum, end_step * plan.accum)
         real = sum(int(self.features["padding_mask"][batches[micro]].sum()) for batches in plan.batches)
+        if self.packed is not None:
+            return real, (end_step - first_step) * self.packed.positions_per_step(plan.accum, plan.replicas)
         padded = sum(batches[micro].size * width for batches, width in zip(plan.batches, plan.strata.widths))
         return real, padded * self.rows_per_example
 
@@ -268,6 +294,24 @@ LEFT_PADDED = {"classification": True, "regression": True, "race": True, "squad"
                "token-classification": True, "multi-label": True}
 # Labels of rank 2 that are not per position (never cropped to a stratum's width).
 PER_EXAMPLE_LABELS = {"multi-label": ("label_ids",)}
+
+
+def choose_packing(setup, features, plan):
+    """The `packing.PackedPlan` of a fine-tuning run, or None (length strata): `--packing auto` packs the
+    PACKED_TASKS in one window when a packed micro-batch computes at most the strata's positions."""
+    from xlnet_tf.data import packing
+
+    if setup.packing == "none" or setup.task not in packing.PACKED_TASKS or setup.doc_len is not None:
+        return None
+    lengths = packing.sequence_lengths(features)
+    packed = packing.packed_plan(plan, lengths, packing.choose_width(lengths, setup.max_seq_len))
+    shape, strata = packed.shape, plan.strata
+    strata_positions = strata.positions_per_row * sum(strata.counts) * (lengths.shape[1] if lengths.ndim == 2 else 1)
+    chosen = packing.pays(shape, strata_positions)
+    log.info("packing: %d rows of %d (at most %d examples a row) per micro-batch, %d positions against the length "
+             "strata's %.0f: %s", shape.rows, shape.width, shape.slots, shape.rows * shape.width, strata_positions,
+             "packed" if chosen else "strata (packing does not pay)")
+    return packed if chosen else None
 
 
 def _loss_fn(task, squad_head="beam"):
@@ -340,6 +384,9 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
     log.info("length strata: widths %s, rows per replica batch %s (padded positions per real token %.2f; %.2f "
              "at width %d)", list(strata.widths), list(strata.counts), strata.positions_per_row / mean_length,
              width / mean_length, width)
+    plan = buckets.training_plan(strata, options.train_steps, options.grad_accum_steps, replicas, options.seed)
+    packed = choose_packing(setup, train.features, plan)
+    finetune_config["packing"] = packed.shape.to_dict() if packed is not None else None  # evaluate / predict
 
     files.makedirs(setup.model_dir)
     setup.config.to_json(files.join(setup.model_dir, CONFIG_FILE))
@@ -358,8 +405,7 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
             model.load_encoder(setup.init_checkpoint)
         return model
 
-    plan = buckets.training_plan(strata, options.train_steps, options.grad_accum_steps, replicas, options.seed)
-    inputs = TaskInput(train.features, INPUTS[setup.task] + LABELS[setup.task], setup.task, plan)
+    inputs = TaskInput(train.features, INPUTS[setup.task] + LABELS[setup.task], setup.task, plan, packed)
     assert isinstance(options, TrainingOptions)
     trainer = Trainer(strategy, build_model, _loss_fn(setup.task, setup.squad_head), None, options, setup.model_dir,
                       inputs=inputs)
@@ -380,32 +426,31 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
 # -- inference ------------------------------------------------------------------------------------------------
 
 
-def run_model(model, task, features, batch_size=32, boundaries=None, strategy=None):
+def run_model(model, task, features, batch_size=32, boundaries=None, strategy=None, packed_width=None):
     """Outputs of `model` on every feature row (numpy, in row order), inference mode.
 
     Rows are batched by length bucket (`boundaries`, default: chosen from the rows' lengths; whole segments
     for a model reading long documents) and each batch is padded to its bucket's width.
     `strategy`: the model's distribution strategy (its variables were made under its scope); each batch is then
     split across its replicas (`distributed_inference`), else the model runs on the default device.
+    `packed_width` (the PACKED_TASKS on one replica): examples whose rows fit are packed, `batch_size` examples
+    at a time, into rows of that width (`packing.inference_layouts`: one static shape for every batch); longer
+    ones run by bucket.
     Per-position outputs (`POSITION_OUTPUTS`: SQuAD's start / end logits, token classification's logits) come
     back at their positions in the max_seq_len rows (right- or left-padded as the task's rows are), the rest
     filled with the heads' masked value.
     """
-    from xlnet_tf.data import buckets
+    from xlnet_tf.data import buckets, packing
     from xlnet_tf.heads import MASKED
 
     max_seq_len = features["input_ids"].shape[-1]
     lengths = features["length"]
-    if boundaries is None:
-        segment_len = model.head_config.get("segment_len") if hasattr(model, "head_config") else None
-        boundaries = buckets.auto_boundaries(lengths, max_seq_len, min_rows=batch_size,
-                                             multiple=segment_len or buckets.PAD_MULTIPLE)
     predict = distributed_inference(model, strategy, batch_size)
     positional = POSITION_OUTPUTS.get(task, ())
     outputs = {}
-    for bucket, rows in buckets.inference_batches(buckets.assign(lengths, boundaries), batch_size):
-        batch = crop({k: features[k][rows] for k in INPUTS[task]}, boundaries[bucket], LEFT_PADDED[task])
-        for key, value in predict(batch).items():
+
+    def put(rows, values):
+        for key, value in values.items():
             if key not in outputs:
                 shape = (max_seq_len,) + value.shape[2:] if key in positional else value.shape[1:]
                 outputs[key] = np.full((len(lengths),) + tuple(shape), MASKED if key in positional else 0,
@@ -416,7 +461,37 @@ def run_model(model, task, features, batch_size=32, boundaries=None, strategy=No
                 outputs[key][rows, max_seq_len - value.shape[1]:] = value
             else:
                 outputs[key][rows, :value.shape[1]] = value  # right-padded rows: positions keep their index
+
+    rest = np.arange(len(lengths))
+    single = strategy is None or (strategy.num_replicas_in_sync == 1 and not _on_tpu(strategy))
+    if packed_width and task in packing.PACKED_TASKS and single:
+        sequences = packing.sequence_lengths(features)
+        fits = sequences.reshape(len(lengths), -1).max(1) <= packed_width
+        chosen, rest = np.flatnonzero(fits), np.flatnonzero(~fits)
+        shape, layouts = packing.inference_layouts(sequences[chosen], batch_size, packed_width)
+        for examples, layout in layouts:
+            rows = chosen[examples]
+            batch = packing.pack_rows({k: features[k][rows] for k in INPUTS[task]}, layout.row, layout.offset,
+                                      layout.slot, shape)
+            slots = batch["example_slots"].numpy()  # padded to batch_size examples: one shape for every batch
+            batch["example_slots"] = np.concatenate([slots, np.repeat(slots[:1], batch_size - len(rows), 0)])
+            put(rows, {k: v[:len(rows)] for k, v in predict(batch).items()})
+    if len(rest):
+        if boundaries is None:
+            segment_len = model.head_config.get("segment_len") if hasattr(model, "head_config") else None
+            boundaries = buckets.auto_boundaries(lengths[rest], max_seq_len, min_rows=batch_size,
+                                                 multiple=segment_len or buckets.PAD_MULTIPLE)
+        for bucket, rows in buckets.inference_batches(buckets.assign(lengths[rest], boundaries), batch_size):
+            rows = rest[rows]
+            put(rows, predict(crop({k: features[k][rows] for k in INPUTS[task]}, boundaries[bucket],
+                                   LEFT_PADDED[task])))
     return outputs
+
+
+def _on_tpu(strategy):
+    import tensorflow as tf
+
+    return isinstance(strategy, tf.distribute.TPUStrategy)
 
 
 def distributed_inference(model, strategy, batch_size):
@@ -430,7 +505,7 @@ def distributed_inference(model, strategy, batch_size):
     import tensorflow as tf
 
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
-    on_tpu = strategy is not None and isinstance(strategy, tf.distribute.TPUStrategy)
+    on_tpu = strategy is not None and _on_tpu(strategy)
     cache = model.__dict__.setdefault("_inference_functions", {})
     key = (id(strategy), batch_size) if replicas > 1 or on_tpu else None
     if key not in cache:
@@ -571,8 +646,10 @@ def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None, l
     boundaries = finetune_config.get("bucket_boundaries")
     if boundaries is not None and boundaries[-1] != data.features["input_ids"].shape[-1]:  # buckets end at the rows
         boundaries = None
+    packed = finetune_config.get("packing")
     return data, run_model(model, finetune_config["task"], data.features, batch_size,
-                           None if boundaries is None else tuple(boundaries), strategy)
+                           None if boundaries is None else tuple(boundaries), strategy,
+                           packed_width=packed["width"] if packed else None)
 
 
 def evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size=32, strategy=None):

@@ -1,0 +1,357 @@
+"""Packed rows (xlnet_tf.data.packing): several examples share a row, each attending only to itself.
+
+Per-example outputs (every sequence head's, and the encoder's states at every real token) of packed rows equal
+those of the examples alone, for mixed lengths, pairs, RACE's four options and rows holding 1 to 30 examples; a
+packed step's loss and gradients equal the unpacked step's; the training input yields static shapes; XLA
+compiles one program for a whole packed run; a resumed packed run ends bit-identical; a packed fine-tuning run
+learns what a stratified one learns. Every checked figure is printed with its bound.
+"""
+
+import json
+import re
+
+import numpy as np
+import pydoc_data.topics
+import pytest
+import tensorflow as tf
+
+from conftest import tiny_config
+from xlnet_tf.config import RunOptions
+from xlnet_tf.data import buckets, packing
+from xlnet_tf.data import graph_features as gf
+from xlnet_tf.heads import build_head_model
+from xlnet_tf.training.finetune import INPUTS, LABELS, TaskInput, run_model
+
+OUTPUT_BOUND = 1e-5
+LOSS_BOUND = 1e-6
+GRAD_BOUND = 1e-5
+L = 48
+RUN = RunOptions(dropout=0.0, dropatt=0.0, initializer_range=0.3)  # wide weights: outputs depend on the input
+
+
+def check(name, got, want, bound):
+    diff = float(np.max(np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64)), initial=0.0))
+    print(f"{name}: max|diff| = {diff:.2e} (bound {bound:.0e})")
+    assert diff <= bound, name
+
+
+def ragged_ids(rng, lengths, vocab=64):
+    return tf.ragged.constant([rng.integers(9, vocab, size=n).tolist() for n in lengths], dtype=tf.int32,
+                              row_splits_dtype=tf.int64)
+
+
+def mixed_lengths(rng, n, longest=80):
+    """Lengths like real sentences: mostly short, a long tail, some beyond max_seq_len (truncated)."""
+    return np.minimum(rng.geometric(0.1, size=n), longest)
+
+
+def pair_rows(rng, n, max_seq_len=L):
+    """Classification rows: pairs and single texts mixed, left-padded to max_seq_len, <cls> last."""
+    len_a, len_b = mixed_lengths(rng, n), mixed_lengths(rng, n)
+    len_b[::3] = 0
+    rows = gf.classification_inputs(ragged_ids(rng, len_a), ragged_ids(rng, len_b), max_seq_len)
+    return {k: np.asarray(v) for k, v in rows.items()}
+
+
+def race_rows(rng, n, c=4):
+    article, qa = ragged_ids(rng, mixed_lengths(rng, n, 30)), ragged_ids(rng, np.minimum(mixed_lengths(rng, n * c), 12))
+    rows = gf.race_inputs(article, qa, c, L, max_qa_len=10)
+    rows = {k: np.asarray(rows[k]).reshape(n, c, L) for k in ("input_ids", "segment_ids", "padding_mask")}
+    rows["length"] = rows["padding_mask"].sum(-1).max(-1)
+    return rows
+
+
+def packed(batch, width):
+    """`batch` packed whole by best fit decreasing into rows of `width` -> (packed batch, layout)."""
+    layout = packing.best_fit_decreasing(packing.sequence_lengths(batch), width)
+    shape = packing.PackedShape(width, layout.rows, layout.slots)
+    return packing.pack_rows(batch, layout.row, layout.offset, layout.slot, shape), layout
+
+
+# ----------------------------------------------------------------------------------------------------
+# Layouts
+
+
+def test_best_fit_decreasing_places_every_sequence_once_without_overlap(rng):
+    for width, lengths in ((64, mixed_lengths(rng, 200, 64)), (48, np.full(7, 48)), (96, np.full(30, 3))):
+        layout = packing.best_fit_decreasing(lengths, width)
+        taken = np.zeros([layout.rows, width], np.int32)
+        for r, o, n in zip(layout.row, layout.offset, lengths):
+            taken[r, o:o + n] += 1
+        lower = -(-int(lengths.sum()) // width)
+        print(f"width {width}: {len(lengths)} sequences of {int(lengths.sum())} tokens in {layout.rows} rows (lower "
+              f"bound {lower}; bound <= 11/9 x it + 1), at most {layout.slots} a row; overlapping positions "
+              f"{int((taken > 1).sum())} (bound 0)")
+        assert (taken <= 1).all() and taken.sum() == lengths.sum() and layout.offset.max() < width
+        assert layout.rows <= 11 / 9 * lower + 1
+        per_row = np.bincount(layout.row)
+        assert layout.slots == per_row.max() and all(
+            sorted(layout.slot[layout.row == r]) == list(range(per_row[r])) for r in range(layout.rows))
+    with pytest.raises(ValueError, match="does not fit"):
+        packing.best_fit_decreasing([10, 65], 64)
+
+
+def test_packing_mode_flag_and_width():
+    from xlnet_tf.errors import UserError
+
+    assert packing.parse_mode(" Auto ") == "auto" and packing.parse_mode("none") == "none"
+    with pytest.raises(UserError, match="--packing must be one of auto, none"):
+        packing.parse_mode("always")
+    assert packing.choose_width([5, 17, 30], 128) == 32 and packing.choose_width([126], 128) == 128
+
+
+# ----------------------------------------------------------------------------------------------------
+# Outputs and gradients
+
+
+def test_every_sequence_head_and_the_encoder_give_the_same_outputs_packed(rng):
+    import keras
+
+    keras.utils.set_random_seed(3)
+    config = tiny_config()
+    rows = pair_rows(rng, 25)
+    batch = {k: rows[k] for k in INPUTS["classification"]}
+    assert rows["has_b"].sum() < 25 and rows["length"].max() == L
+    classifier = build_head_model("classification", config, RUN, num_labels=3)
+    alone = classifier(batch)["logits"].numpy()
+    for width in (L, 2 * L, 16 * L):  # a row holds 1 to 25 examples
+        together, layout = packed(batch, width)
+        per_row = np.bincount(layout.row)
+        print(f"width {width}: {layout.rows} rows holding {per_row.min()} to {per_row.max()} examples")
+        check(f"classification logits packed at width {width} vs alone", classifier(together)["logits"], alone,
+              OUTPUT_BOUND)
+    print(f"logits spread over examples = {np.ptp(alone[:, 0]):.3f} (bound > 1e-2)")
+    assert np.ptp(alone[:, 0]) > 1e-2 and per_row.max() == 25
+
+    # The encoder's state at every real token (what `encode` gives), and regression.
+    together, layout = packed(batch, 3 * L)
+    states = classifier.transformer({k: together[k] for k in INPUTS["classification"] + ("example_ids",)})
+    states = states["sequence_output"].numpy()
+    single = classifier.transformer(batch)["sequence_output"].numpy()
+    lengths = packing.sequence_lengths(batch)
+    got = np.concatenate([states[r, o:o + n] for r, o, n in zip(layout.row, layout.offset, lengths)])
+    want = np.concatenate([single[i, L - n:] for i, n in enumerate(lengths)])
+    check(f"encoder states at all {len(want)} real tokens, packed vs alone", got, want, OUTPUT_BOUND)
+    regressor = build_head_model("regression", config, RUN)
+    check("regression predictions packed vs alone", regressor(together)["predictions"],
+          regressor(batch)["predictions"], OUTPUT_BOUND)
+
+    # Thirty one-word texts in one row.
+    short = {k: np.asarray(v) for k, v in gf.classification_inputs(ragged_ids(rng, np.ones(30, int)), None, 8).items()}
+    short_batch = {k: short[k] for k in INPUTS["classification"]}
+    together, layout = packed(short_batch, 96)
+    print(f"30 texts of 3 tokens in rows of 96: {layout.rows} row(s), {layout.slots} examples a row (bound 30)")
+    assert layout.rows == 1 and layout.slots == 30
+    check("30 examples in one row vs alone", classifier(together)["logits"], classifier(short_batch)["logits"],
+          OUTPUT_BOUND)
+
+    # RACE: the four options of each question are four sequences; logits come back [B, 4].
+    race = race_rows(rng, 7)
+    race_batch = {k: race[k] for k in INPUTS["race"]}
+    chooser = build_head_model("race", config, RUN)
+    together, layout = packed(race_batch, 2 * L)
+    assert together["example_slots"].shape == (7, 4)
+    print(f"RACE: 7 questions x 4 options in {layout.rows} rows of {2 * L}")
+    check("RACE logits [7, 4] packed vs alone", chooser(together)["logits"], chooser(race_batch)["logits"],
+          OUTPUT_BOUND)
+
+
+def test_a_packed_step_has_the_unpacked_loss_and_gradients(rng):
+    import keras
+
+    from xlnet_tf.heads import classification_loss, multiple_choice_loss
+
+    keras.utils.set_random_seed(5)
+    rows = pair_rows(rng, 16)
+    rows["label_ids"] = rng.integers(0, 3, 16).astype(np.int32)
+    race = race_rows(rng, 6)
+    race["label_ids"] = rng.integers(0, 4, 6).astype(np.int32)
+    for task, features, loss_fn, head in (("classification", rows, classification_loss, {"num_labels": 3}),
+                                          ("race", race, multiple_choice_loss, {})):
+        model = build_head_model(task, tiny_config(), RUN, **head)
+        batch = {k: features[k] for k in INPUTS[task] + LABELS[task]}
+
+        def loss_and_grads(inputs):
+            with tf.GradientTape() as tape:
+                total, count = loss_fn(model(inputs, training=True), inputs)
+                loss = total / count
+            grads = tape.gradient(loss, model.trainable_variables)
+            return float(loss), [tf.convert_to_tensor(g) for g in grads if g is not None]
+
+        whole, whole_grads = loss_and_grads(batch)
+        together, layout = packed(batch, 64)
+        split, split_grads = loss_and_grads(together)
+        print(f"{task}: {len(features['label_ids'])} examples in {layout.rows} packed rows of 64; loss {whole:.6f}")
+        check(f"{task} packed step loss vs unpacked", split, whole, LOSS_BOUND)
+        check(f"{task} packed step gradients vs unpacked",
+              max(float(tf.reduce_max(tf.abs(a - b))) for a, b in zip(split_grads, whole_grads)), 0.0, GRAD_BOUND)
+
+
+def test_inference_packs_what_fits_and_runs_the_rest_by_bucket(rng):
+    """`run_model` (evaluate, predict) with a packed width: every example's output equals the bucketed one's,
+    examples longer than the width included."""
+    import keras
+
+    keras.utils.set_random_seed(4)
+    rows = pair_rows(rng, 45)
+    model = build_head_model("classification", tiny_config(), RUN, num_labels=3)
+    bucketed = run_model(model, "classification", rows, 8)
+    width = 24
+    too_long = int((rows["length"] > width).sum())
+    packed_out = run_model(model, "classification", rows, 8, packed_width=width)
+    print(f"45 examples, {too_long} longer than the packed width {width} (bound >= 1: run by bucket)")
+    assert too_long >= 1
+    check("run_model logits packed vs buckets", packed_out["logits"], bucketed["logits"], OUTPUT_BOUND)
+    race = race_rows(rng, 9)
+    chooser = build_head_model("race", tiny_config(), RUN)
+    check("run_model RACE logits packed vs buckets", run_model(chooser, "race", race, 4, packed_width=64)["logits"],
+          run_model(chooser, "race", race, 4)["logits"], OUTPUT_BOUND)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The training input and loop
+
+
+def _plan(feats, steps, batch, replicas=1, seed=3):
+    strata = buckets.stratify(feats["length"], batch // replicas, L)
+    plan = buckets.training_plan(strata, steps, replicas=replicas, seed=seed)
+    lengths = packing.sequence_lengths(feats)
+    return plan, packing.packed_plan(plan, lengths, packing.choose_width(lengths, L))
+
+
+def test_task_input_yields_packed_batches_of_one_shape(rng):
+    rows = pair_rows(rng, 60)
+    rows["label_ids"] = np.arange(60, dtype=np.int32)
+    plan, plan_packed = _plan(rows, 20, 8, replicas=2)
+    shape = plan_packed.shape
+    inputs = TaskInput(rows, INPUTS["classification"] + LABELS["classification"], "classification", plan, plan_packed)
+    context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=2)
+    got = list(inputs.dataset(context, 5))
+    examples = packing.plan_examples(plan)
+    assert len(got) == 2 * 15
+    for n, batch in enumerate(got):
+        step, replica = 5 + n // 2, n % 2
+        assert batch["input_ids"].shape == (shape.rows, shape.width) and batch["cls_positions"].shape == (
+            shape.rows, shape.slots)
+        mine = examples[step, replica]
+        assert batch["label_ids"].numpy().tolist() == mine.tolist()
+        ids, where = batch["input_ids"].numpy(), batch["example_ids"].numpy()
+        for k, example in enumerate(mine):  # each example's tokens, in order, under its own id
+            real = rows["padding_mask"][example] == 1
+            assert np.array_equal(ids[where == k + 1], rows["input_ids"][example][real])
+    real, padded = inputs.token_counts(0, 20)
+    strata_positions = 20 * 8 * plan.strata.positions_per_row
+    print(f"packed: {shape.rows} rows of {shape.width} per replica batch of 4; 20 steps hold {real} real tokens in "
+          f"{padded} positions (strata: {strata_positions:.0f}; max_seq_len: {20 * 8 * L}); bound real <= packed < "
+          "max_seq_len")
+    assert real <= padded < 20 * 8 * L
+
+
+def _packed_trainer(model_dir, steps, jit=False, task="classification"):
+    import keras
+
+    from xlnet_tf.heads import classification_loss
+    from xlnet_tf.training.loop import Trainer, TrainingOptions
+
+    local = np.random.default_rng(7)  # the same data for every trainer of a test
+    if task == "race":
+        feats = race_rows(local, 48)
+        feats["label_ids"] = (feats["length"] % 4).astype(np.int32)
+        head = {}
+    else:
+        feats = pair_rows(local, 64)
+        feats["label_ids"] = (feats["length"] % 2).astype(np.int32)
+        head = {"num_labels": 2}
+    options = TrainingOptions(train_steps=steps, batch_size=8, steps_per_loop=4, save_every=4, learning_rate=1e-3,
+                              jit_compile=jit, seed=3)
+    plan, plan_packed = _plan(feats, steps, 8)
+    inputs = TaskInput(feats, INPUTS[task] + LABELS[task], task, plan, plan_packed)
+    keras.utils.set_random_seed(11)
+    build = lambda: build_head_model(task, tiny_config(), RunOptions(dropout=0.1, dropatt=0.1), **head)  # noqa
+    trainer = Trainer(tf.distribute.OneDeviceStrategy("/cpu:0"), build, classification_loss, None, options,
+                      model_dir, inputs=inputs)
+    return trainer, plan_packed.shape
+
+
+@pytest.mark.parametrize("task", ["classification", "race"])
+def test_xla_compiles_one_program_for_a_packed_run(tmp_path, task):
+    trainer, shape = _packed_trainer(tmp_path / "xla", 12, jit=True, task=task)
+    records = trainer.train()
+    programs = trainer.traced_programs()
+    print(f"{task}: --jit-compile over 12 packed steps ({shape.rows} rows of {shape.width}): {programs} XLA "
+          f"program(s) (bound 1); loss {records[0]['loss']:.3f} -> {records[-1]['loss']:.3f}")
+    assert programs == 1 and np.isfinite(records[-1]["loss"])
+
+
+def test_packed_training_resumes_bit_identical(tmp_path):
+    import signal
+
+    straight, _ = _packed_trainer(tmp_path / "straight", 8)
+    straight.train()
+    first, _ = _packed_trainer(tmp_path / "resumed", 8)
+    counts = first.inputs.token_counts
+
+    def stop_after_step_4(first_step, end_step):  # as SIGTERM would: the loop saves and stops
+        if end_step >= 4:
+            first._stop_signal = signal.SIGTERM
+        return counts(first_step, end_step)
+
+    first.inputs.token_counts = stop_after_step_4
+    first.train()
+    stopped = int(first.step.numpy())
+    second, _ = _packed_trainer(tmp_path / "resumed", 8)
+    second.train()
+    diffs = [float(np.max(np.abs(a.numpy() - b.numpy()))) for a, b in zip(straight.model.weights, second.model.weights)]
+    print(f"weights after 8 packed steps vs stopped at step {stopped} and resumed (dropout on): max |diff| "
+          f"{max(diffs):.1e} (bound 0)")
+    assert stopped == 4 and max(diffs) == 0.0
+
+
+# ----------------------------------------------------------------------------------------------------
+# Fine-tuning end to end: packed and stratified runs learn the same
+
+
+def mentions(word):
+    """(line, label) of CPython's documentation lines of 4-30 words: 1 when the line mentions `word`."""
+    out = []
+    for text in pydoc_data.topics.topics.values():
+        for line in text.splitlines():
+            words = re.findall(r"[a-z]+", line.lower())
+            if 4 <= len(words) <= 30:
+                out.append((" ".join(line.split()), int(word in words)))
+    np.random.default_rng(0).shuffle(out)
+    return out
+
+
+def test_packed_finetuning_learns_as_strata(tmp_path):
+    from xlnet_tf.cli import main
+
+    rows = mentions("object")
+    positives = [r for r in rows if r[1]][:500]
+    data = positives + [r for r in rows if not r[1]][:len(positives)]
+    np.random.default_rng(1).shuffle(data)
+    train, dev = data[:800], data[800:]
+    (tmp_path / "train.tsv").write_text("text_a\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in train),
+                                        encoding="utf-8")
+    (tmp_path / "dev.tsv").write_text("text_a\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in dev), encoding="utf-8")
+    (tmp_path / "corpus.txt").write_text("\n".join(t for t, _ in rows[:3000]) + "\n", encoding="utf-8")
+    assert main(["train-spm", "--input", str(tmp_path / "corpus.txt"), "--model-prefix", str(tmp_path / "spm"),
+                 "--vocab-size", "800"]) == 0
+    results = {}
+    for mode in ("auto", "none"):
+        model_dir = tmp_path / mode
+        assert main(["finetune", "--task", "classification", "--train-file", str(tmp_path / "train.tsv"),
+                     "--eval-file", str(tmp_path / "dev.tsv"), "--spm-model", str(tmp_path / "spm.model"),
+                     "--model-size", "tiny", "--model-dir", str(model_dir), "--max-seq-len", "64",
+                     "--train-steps", "300", "--batch-size", "16", "--learning-rate", "1e-3", "--dropout", "0",
+                     "--dropatt", "0", "--warmup-steps", "20", "--strategy", "one_device", "--steps-per-loop", "100",
+                     "--packing", mode]) == 0
+        config = json.loads((model_dir / "finetune_config.json").read_text())
+        results[mode] = json.loads((model_dir / "eval_results.json").read_text())["accuracy"]
+        print(f"--packing {mode}: recorded packing {config['packing']}; dev accuracy {results[mode]:.3f} "
+              f"({len(dev)} lines; bound >= 0.85)")
+        assert results[mode] >= 0.85
+        assert (config["packing"] is None) == (mode == "none")
+    gap = abs(results["auto"] - results["none"])
+    print(f"accuracy packed vs strata: {results['auto']:.3f} vs {results['none']:.3f}, gap {gap:.3f} (bound 0.05)")
+    assert gap <= 0.05
