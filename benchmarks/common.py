@@ -83,8 +83,8 @@ class Case:
     size: the architecture (BASE_SIZE keys). Dropout 0.1 when training, no memory (mem_len 0) but within a
     document.
     padding (LENGTH_TASKS only): "buckets" (xlnet-tf's padding by length: length strata when fine-tuning,
-    buckets when predicting), "fixed" (every row padded to seq_len) or "dynamic" (each batch padded to its
-    longest row).
+    buckets when predicting), "packed" (xlnet-tf's packed rows, `data.packing`), "fixed" (every row padded to
+    seq_len) or "dynamic" (each batch padded to its longest row).
     """
 
     implementation: str

@@ -37,6 +37,14 @@ def encoder_flops(batch, seq_len, dims, targets=0, read_rows=None):
             + last_layer_content)
 
 
+def example_flops(dims, length, training):
+    """The useful matmul FLOPs of one classification example of `length` tokens alone: its encoder reading
+    the <cls> and the head, three times for a training step."""
+    head = 2 * dims["d_model"] * (dims["d_model"] + 2)
+    forward = encoder_flops(1, length, dims, read_rows=1) + head
+    return 3 * forward if training else forward
+
+
 def step_flops(case: Case):
     """Matmul FLOPs of one step of `case`."""
     dims = case.dims

@@ -26,7 +26,7 @@ from xlnet_tf.benchmarks.suite import (DOCUMENT_TRAINING, GENERATE_TARGET, LATEN
 COLUMNS = ("implementation", "task", "T", "precision", "XLA", "tokens/s", "ms/step", "GFLOP/s", "% peak",
            "peak MB", *(f"x {r}" for r in REFERENCES), "bf16 rel err")
 LENGTH_COLUMNS = ("implementation", "task", "padding", "batch", "T", "boundaries", "examples/s", "real tok/step",
-                  "padded tok/step", "padded/real", "x fixed")
+                  "padded tok/step", "padded/real", "x fixed", "useful/peak")
 LATENCY_COLUMNS = ("where", "text", "pieces", "p50 ms", "p99 ms", "requests")
 MEMORY_COLUMNS = ("task", "model", "batch", "T", "recompute", "peak MB", "x none", "ms/step", "x none", "bounds",
                   "met")
@@ -91,13 +91,14 @@ def length_rows(results):
             _widths(row),
             _number(row["examples_per_s"], 1), _number(real), _number(padded), f"{padded / real:.2f}",
             _number(row["examples_per_s"] / fixed["examples_per_s"], 2) if fixed else "",
+            f"{100 * row['useful_fraction']:.0f}%" if row.get("useful_fraction") else "",
         ])
     return rows, notes
 
 
 def _widths(row):
-    """A row's padding widths: "8x11,16x10,..." (width x rows per batch: fine-tuning's strata), "8,16,..."
-    (predict's bucket boundaries) or "per batch" (dynamic padding)."""
+    """A row's padding widths: "8x11,16x10,..." (width x rows per batch: fine-tuning's strata, packed rows),
+    "8,16,..." (predict's bucket boundaries) or "per batch" (dynamic padding)."""
     widths, counts = row.get("boundaries") or [], row.get("rows_per_batch")
     if counts:
         return ",".join(f"{w}x{c}" for w, c in zip(widths, counts))
@@ -113,14 +114,19 @@ def latency_rows(results):
         if row["status"] != "ok":
             rows.append(["", _footnote(row, notes)] + [""] * (len(LATENCY_COLUMNS) - 2))
             continue
-        for where, key in LATENCY_WHERE.items():
+        unpacked = {"in process, --packing none": "unpacked_in_process"} if row.get("unpacked_in_process") else {}
+        for where, key in {**LATENCY_WHERE, **unpacked}.items():
             if not row.get(key):
                 notes.append(f"({len(notes) + 1}) {where}: not measured: {row.get('served_error')}")
                 rows.append([where, f"not measured ({len(notes)})"] + [""] * (len(LATENCY_COLUMNS) - 2))
                 continue
-            for text in ("short", "long"):
-                measured = row[key][text]
-                rows.append([where, text, str(row["texts"][text]["tokens"]), _number(measured["p50_ms"], 1),
+            for text in ("short", "long", "batch"):
+                measured = row[key].get(text)
+                if not measured:
+                    continue
+                about = row["texts"][text]
+                label = f"{about['texts']} texts (longest {about['longest']})" if text == "batch" else text
+                rows.append([where, label, str(about["tokens"]), _number(measured["p50_ms"], 1),
                              _number(measured["p99_ms"], 1), str(measured["requests"])])
             rows.append([where, "short/long", "", _number(latency_ratio(row, key, "p50"), 2),
                          _number(latency_ratio(row, key, "p99"), 2), ""])

@@ -4,7 +4,11 @@ fixed padding, and the exported classifier's latency for a short and a long text
 Rows are SST-2 train lengths (`common.length_examples`, random token ids) built by the library's one feature
 builder (`graph_features.classification_inputs`: left-padded, `<cls>` last). Fine-tuning batches are the
 library's (`data.buckets.stratify` "auto": one part per length stratum), predict batches its buckets
-(`auto_boundaries` over the sampled lengths); fixed padding is the same code padding to max_seq_len.
+(`auto_boundaries` over the sampled lengths); fixed padding is the same code padding to max_seq_len; packed
+rows are `data.packing`'s (the strata's examples of each step packed into rows of the longest row's width, as
+`finetune --packing auto`; predict packs `batch_size` examples at a time, as `predict` of a packed model).
+Fine-tuning and predict rows also count the useful FLOPs: each example's matmul FLOPs alone at its own length
+(`flops.example_flops`), for the share of the matmul peak they reach.
 """
 
 from __future__ import annotations
@@ -58,10 +62,18 @@ def _features(case):
 
 
 def _spec(case):
-    """The case's padding as a `--bucket-boundaries` value: "auto" (padding "buckets") or "none" ("fixed")."""
-    if case.padding not in ("buckets", "fixed"):
-        raise Unsupported(f"xlnet-tf pads by length buckets or to max_seq_len, not {case.padding!r}")
-    return "auto" if case.padding == "buckets" else "none"
+    """The case's padding as a `--bucket-boundaries` value: "auto" (padding "buckets", and "packed": the packed
+    steps' examples are the strata's) or "none" ("fixed")."""
+    if case.padding not in ("buckets", "fixed", "packed"):
+        raise Unsupported(f"xlnet-tf pads by length buckets, packs or pads to max_seq_len, not {case.padding!r}")
+    return "none" if case.padding == "fixed" else "auto"
+
+
+def _useful_flops(case, lengths, training):
+    """The matmul FLOPs of examples of `lengths`, each alone at its own length."""
+    from xlnet_tf.benchmarks.flops import example_flops
+
+    return float(sum(example_flops(case.dims, int(n), training) for n in lengths))
 
 
 def _finetune(case):
@@ -71,7 +83,7 @@ def _finetune(case):
     -> seconds [steps], timed_examples, boundaries (the strata's widths) and rows_per_batch, real / padded
     tokens per step (timed steps, and a batch mirroring the sample)."""
     from xlnet_tf.config import RunOptions
-    from xlnet_tf.data import buckets
+    from xlnet_tf.data import buckets, packing
     from xlnet_tf.heads import XLNetForSequenceClassification, classification_loss
     from xlnet_tf.training import strategies
     from xlnet_tf.training.finetune import INPUTS, LABELS, TaskInput
@@ -81,7 +93,10 @@ def _finetune(case):
     steps, batch = case.iterations, case.batch_size
     strata = buckets.stratify(features["length"], batch, case.seq_len, _spec(case))
     plan = buckets.training_plan(strata, case.warmup + steps)
-    inputs = TaskInput(features, INPUTS["classification"] + LABELS["classification"], "classification", plan)
+    packed = None
+    if case.padding == "packed":
+        packed = packing.packed_plan(plan, features["length"], packing.choose_width(features["length"], case.seq_len))
+    inputs = TaskInput(features, INPUTS["classification"] + LABELS["classification"], "classification", plan, packed)
     options = TrainingOptions(train_steps=10**6, batch_size=batch, learning_rate=2e-5, save_every=10**6)
     run_options = RunOptions(dropout=TRAINING_DROPOUT, dropatt=TRAINING_DROPOUT)
     with tempfile.TemporaryDirectory(prefix="xlnet-tf-bench-") as model_dir:
@@ -96,14 +111,19 @@ def _finetune(case):
         seconds = time_iterations(step, case.warmup, steps)
         traced = trainer.traced_programs()
     real, padded = inputs.token_counts(case.warmup, case.warmup + steps)
+    timed = packing.plan_examples(plan)[case.warmup:case.warmup + steps].reshape(-1)
+    layout = ({"boundaries": [packed.shape.width], "rows_per_batch": [packed.shape.rows],
+               "examples_per_row": packed.shape.slots} if packed else
+              {"boundaries": list(strata.widths), "rows_per_batch": list(strata.counts)})
+    how = (f"packed: {packed.shape.rows} rows of {packed.shape.width} per batch" if packed else
+           f"{case.padding}: {len(strata.widths)} part(s) per batch")
     return {
-        "seconds": seconds, "timed_examples": steps * batch, "steps": steps, "boundaries": list(strata.widths),
-        "rows_per_batch": list(strata.counts), "real_tokens_per_step": real / steps,
+        "seconds": seconds, "timed_examples": steps * batch, "steps": steps, **layout,
+        "useful_flops": _useful_flops(case, features["length"][timed], training=True), "real_tokens_per_step": real / steps,
         "padded_tokens_per_step": padded / steps, "sample_real_tokens": int(features["length"].sum()),
         "sample_padded_tokens": int(round(strata.positions_per_row * len(features["length"]))),
         "traced_programs": traced, "loss_first": losses[0], "loss_last": losses[-1],
-        "note": f"Trainer.run_steps over TaskInput ({case.padding}: {len(strata.widths)} part(s) per batch), "
-                f"{case.warmup} warm-up step(s)",
+        "note": f"Trainer.run_steps over TaskInput ({how}), {case.warmup} warm-up step(s)",
     }
 
 
@@ -113,41 +133,68 @@ def _predict(case):
     which later calls reuse), then `case.iterations` timed passes.
     -> seconds [passes], timed_examples, boundaries, batches, real / padded tokens per batch."""
     from xlnet_tf.config import RunOptions
-    from xlnet_tf.data import buckets
+    from xlnet_tf.data import buckets, packing
     from xlnet_tf.heads import XLNetForSequenceClassification
     from xlnet_tf.training.finetune import run_model
 
     features = _features(case)
-    boundaries = (buckets.auto_boundaries(features["length"], case.seq_len, min_rows=case.batch_size)
+    lengths = features["length"]
+    boundaries = (buckets.auto_boundaries(lengths, case.seq_len, min_rows=case.batch_size)
                   if _spec(case) == "auto" else (case.seq_len,))
+    width = packing.choose_width(lengths, case.seq_len) if case.padding == "packed" else None
     model = XLNetForSequenceClassification(_config(case), RunOptions(dropout=0.0, dropatt=0.0), num_labels=2)
-    run_model(model, "classification", features, case.batch_size, boundaries)
-    seconds = time_iterations(lambda: run_model(model, "classification", features, case.batch_size, boundaries),
-                              0, case.iterations)
-    batches = buckets.inference_batches(buckets.assign(features["length"], boundaries), case.batch_size)
-    real, padded = buckets.padding_cost(features["length"], boundaries)
+
+    def predict():
+        return run_model(model, "classification", features, case.batch_size, boundaries, packed_width=width)
+
+    predict()
+    seconds = time_iterations(predict, 0, case.iterations)
+    if width:
+        shape, layouts = packing.inference_layouts(lengths, case.batch_size, width)
+        count, real, padded = len(layouts), int(lengths.sum()), len(layouts) * shape.rows * shape.width
+        layout = {"boundaries": [width], "rows_per_batch": [shape.rows], "examples_per_row": shape.slots}
+    else:
+        count = len(buckets.inference_batches(buckets.assign(lengths, boundaries), case.batch_size))
+        real, padded = buckets.padding_cost(lengths, boundaries)
+        layout = {"boundaries": list(boundaries)}
     return {
-        "seconds": seconds, "timed_examples": case.sample_size * case.iterations, "boundaries": list(boundaries),
-        "batches": len(batches), "real_tokens_per_step": real / len(batches),
-        "padded_tokens_per_step": padded / len(batches),
+        "seconds": seconds, "timed_examples": case.sample_size * case.iterations, **layout, "batches": count,
+        "real_tokens_per_step": real / count, "padded_tokens_per_step": padded / count,
+        "useful_flops": case.iterations * _useful_flops(case, lengths, training=False),
         "note": f"finetune.run_model ({case.padding}) after one untimed pass (tracing)",
     }
 
 
 def _latency(case):
     """The exported random classifier's `serving_default` on one text per request: `SHORT_TEXT` and a text of
-    min(LONG_TOKENS, seq_len - 2) pieces, `case.warmup` untimed then `case.iterations` timed requests each, in
-    process (tf.saved_model.load) and through `xlnet-tf serve` over gRPC (its own process).
-    -> texts {short, long: {text, tokens}}, in_process and served {short, long: {p50_ms, p99_ms, requests}}
-    (served None, with served_error, when the server could not answer)."""
+    min(LONG_TOKENS, seq_len - 2) pieces, and on a request of `case.batch_size` texts of SST-2 lengths
+    (`serving.length_texts`, as requests merged by batching), `case.warmup` untimed then `case.iterations` timed
+    requests each, in process (tf.saved_model.load) and through `xlnet-tf serve` over gRPC (its own process);
+    then the same requests in process on the same classifier exported with `--packing none`.
+    -> texts {short, long, batch: {text (short, long), texts (batch), tokens}}, in_process, served and
+    unpacked_in_process {short, long, batch: {p50_ms, p99_ms, requests}} (served None, with served_error, when
+    the server could not answer)."""
+    import tensorflow as tf
+
+    from xlnet_tf.benchmarks.serving import length_texts
+    from xlnet_tf.export.exporter import export_model
+
     with tempfile.TemporaryDirectory(prefix="xlnet-tf-bench-export-") as work:
         version, loaded = load_random_export(work, case)
         texts = _texts(loaded.signatures["tokenize"], min(LONG_TOKENS, case.seq_len - 2))
-        in_process, served, error = export_latencies(
-            version, loaded.signatures["serving_default"],
-            {name: ([text["text"]], case) for name, text in texts.items()})
+        batch, pieces, _ = length_texts(loaded.signatures["tokenize"], case.batch_size, case.seq_len)
+        requests = {name: ([text["text"]], case) for name, text in texts.items()}
+        requests["batch"] = (batch, case)
+        texts["batch"] = {"texts": len(batch), "tokens": int(np.sum(pieces)), "longest": int(np.max(pieces))}
+        in_process, served, error = export_latencies(version, loaded.signatures["serving_default"], requests)
+        plain = tf.saved_model.load(export_model(os.path.join(work, "finetuned"), os.path.join(work, "unpacked"),
+                                                 packing="none")).signatures["serving_default"]
+        unpacked = {key: request_latencies(lambda i, t=request: plain(text=tf.constant(t))["label"].numpy(), case)
+                    for key, (request, case) in requests.items()}
     return {"texts": texts, "in_process": in_process, "served": served, "served_error": error,
-            "note": "serving_default, one text per request, one client; served: xlnet-tf serve, gRPC on loopback"}
+            "unpacked_in_process": unpacked,
+            "note": "serving_default, one request at a time, one client; served: xlnet-tf serve, gRPC on loopback; "
+                    "unpacked: the same classifier exported with --packing none"}
 
 
 def export_latencies(version, function, requests):

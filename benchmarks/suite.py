@@ -42,9 +42,11 @@ SUPPORTED_TASKS = {
 }
 # The "lengths" tasks' cases: (implementation, task, padding).
 LENGTH_CASES = (
+    ("xlnet-tf", "lengths-finetune", "packed"),
     ("xlnet-tf", "lengths-finetune", "buckets"),
     ("xlnet-tf", "lengths-finetune", "fixed"),
     ("transformers", "lengths-finetune", "dynamic"),
+    ("xlnet-tf", "lengths-predict", "packed"),
     ("xlnet-tf", "lengths-predict", "buckets"),
     ("xlnet-tf", "lengths-predict", "fixed"),
     ("xlnet-tf-savedmodel", "lengths-latency", ""),
@@ -94,6 +96,9 @@ TARGETS = (
     Target("fine-tuning SST-2 lengths, buckets vs fixed padding", 3.0),
     Target("fine-tuning SST-2 lengths, buckets vs transformers dynamic padding", 1.5),
     Target("predict SST-2 lengths, buckets vs fixed padding", 3.0),
+    Target("fine-tuning SST-2 lengths, packed vs transformers dynamic padding", 3.0),
+    Target("fine-tuning SST-2 lengths, packed: useful FLOP/s over the float32 matmul peak", 0.5),
+    Target("predict SST-2 lengths, packed vs buckets", 2.0),
     Target("latency short/long text p50, in process", 0.4, at_most=True),
     Target("latency short/long text p99, in process", 0.4, at_most=True),
     Target("latency short/long text p50, served (gRPC)", 0.4, at_most=True),
@@ -354,7 +359,10 @@ def summarize(case: Case, result: dict, peaks: dict):
         return row
     if case.task in LENGTH_TASKS:
         if result.get("status") == "ok" and result.get("timed_examples"):
-            row["examples_per_s"] = result["timed_examples"] / float(np.sum(result["seconds"]))
+            seconds = float(np.sum(result["seconds"]))
+            row["examples_per_s"] = result["timed_examples"] / seconds
+            if result.get("useful_flops") and peaks.get("float32"):  # the examples' own FLOPs over the peak
+                row["useful_fraction"] = result["useful_flops"] / seconds / 1e9 / peaks["float32"]
         return row
     if result.get("status") == "ok":
         seconds = float(np.median(result["seconds"]))
@@ -625,20 +633,26 @@ def generate_comparison(rows, bound=None):
 def length_targets(rows, seq_len):
     """(value, detail) of each "lengths" target, in TARGETS' order."""
 
-    def speedup(task, implementation, padding):
-        mine = length_row(rows, "xlnet-tf", task, "buckets", seq_len)
+    def speedup(task, implementation, padding, ours="buckets"):
+        mine = length_row(rows, "xlnet-tf", task, ours, seq_len)
         theirs = length_row(rows, implementation, task, padding, seq_len)
         if not mine or not theirs:
-            missing = [label for label, r in ((f"xlnet-tf {task} buckets", mine),
+            missing = [label for label, r in ((f"xlnet-tf {task} {ours}", mine),
                                               (f"{implementation} {task} {padding}", theirs)) if not r]
             return None, f"not measured: {', '.join(missing)} T={seq_len} missing"
         return (mine["examples_per_s"] / theirs["examples_per_s"],
                 f"{mine['examples_per_s']:.1f} vs {theirs['examples_per_s']:.1f} examples/s, batch "
-                f"{mine['batch_size']}, boundaries {mine['boundaries']}")
+                f"{mine['batch_size']}, widths {mine['boundaries']}")
 
+    packed = length_row(rows, "xlnet-tf", "lengths-finetune", "packed", seq_len)
+    useful = ((packed["useful_fraction"], f"{packed['examples_per_s']:.1f} examples/s, batch {packed['batch_size']}")
+              if packed and packed.get("useful_fraction") else
+              (None, "not measured: xlnet-tf lengths-finetune packed, or the float32 matmul peak, missing"))
     values = [speedup("lengths-finetune", "xlnet-tf", "fixed"),
               speedup("lengths-finetune", "transformers", "dynamic"),
-              speedup("lengths-predict", "xlnet-tf", "fixed")]
+              speedup("lengths-predict", "xlnet-tf", "fixed"),
+              speedup("lengths-finetune", "transformers", "dynamic", ours="packed"), useful,
+              speedup("lengths-predict", "xlnet-tf", "buckets", ours="packed")]
     latency = length_row(rows, "xlnet-tf-savedmodel", "lengths-latency", "", seq_len)
     for where, key in LATENCY_WHERE.items():
         for statistic in ("p50", "p99"):

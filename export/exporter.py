@@ -270,7 +270,7 @@ def _lm_directory(model_dir):
 
 
 def export_model(model_dir, export_base, version=None, max_seq_len=None, reusable=False, precision="float32",
-                 max_new_tokens=None):
+                 max_new_tokens=None, packing="auto"):
     """Export a fine-tuned model directory as a TensorFlow Serving SavedModel; returns the version's path.
 
     Args:
@@ -291,14 +291,20 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
         policies: float32 variables, matmuls in the reduced type; attention scores, softmax, layer norm
         statistics and the heads' outputs in float32, as in training). Inputs and outputs are the same in
         every precision (text in, float32 scores out); recorded in ``xlnet_export.json``.
+      packing: "auto" (classification, regression, multi-label, RACE in one window: the rows of a request, or
+        of requests merged by batching, are packed before the model; ``build_serving_module``) or "none";
+        recorded.
     Raises:
       UserError: the version exists already, a bad version / max_seq_len, or a graph with an op that TF
         Serving does not link (nothing is left behind).
     """
     from xlnet_tf.heads import read_finetune_config
 
+    from xlnet_tf.data.packing import PACKED_TASKS, parse_mode
+
     if precision not in PRECISIONS:
         raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    packing = parse_mode(packing)
     model_dir, export_base = os.fspath(model_dir), files.absolute(os.fspath(export_base))
     remote = files.is_remote(export_base)
     lm = _lm_directory(model_dir)
@@ -349,7 +355,7 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
     elif reusable:
         root, signatures = build_reusable_module(model, tokenizer, length)
     else:
-        root, signatures = build_serving_module(model, tokenizer, finetune_config, length)
+        root, signatures = build_serving_module(model, tokenizer, finetune_config, length, packing)
 
     if remote:  # built locally, then copied file by file (saved_model.pb last)
         staging = tempfile.mkdtemp(prefix=TMP_PREFIX)
@@ -367,6 +373,8 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
         metadata = {
             "kind": "reusable_encoder" if reusable else "serving",
             "task": task, "max_seq_len": length, "version": version, "precision": precision,
+            "packing": "requests" if packing == "auto" and not reusable and task in PACKED_TASKS and
+            finetune_config.get("long_doc", "truncate") == "truncate" else "none",
             "label_names": finetune_config.get("label_names"), "pairs": bool(finetune_config.get("pairs")),
             **tokenizer.settings,  # lower_case, keep_accents, remove_space
             "doc_stride": finetune_config.get("doc_stride"), "max_query_len": finetune_config.get("max_query_len"),

@@ -8,7 +8,9 @@ exactly the rows that ``xlnet_tf.data.finetuning`` builds for training and ``xln
 A request is padded to its own longest row, rounded up to a multiple of ``PAD_MULTIPLE`` (8) and at most
 the export's ``max_seq_len``, not to ``max_seq_len``: XLNet's outputs at real positions do not depend on the
 amount of padding, so a short request costs less and gets the same answer. Requests that a server merges
-into one batch (strings, merged before tokenization) are padded once, to the longest merged row.
+into one batch (strings, merged before tokenization) are padded once, to the longest merged row; sequence
+heads then pack those rows (`xlnet_tf.data.packing`): several short texts share a row of that width, each
+attending only to itself, so a merged batch with one long text costs about its real tokens, not rows x width.
 
 Tokenization and feature building are pinned to the CPU (``tf.device("/cpu:0")``); the model runs
 wherever the server places it. Every ``tf.function`` is traced with ``jit_compile=False``.
@@ -17,6 +19,7 @@ wherever the server places it. Every ``tf.function`` is traced with ``jit_compil
 import tensorflow as tf
 
 from xlnet_tf.data import graph_features as gf
+from xlnet_tf.data import packing
 from xlnet_tf.data.buckets import PAD_MULTIPLE
 
 _JIT = False  # no XLA in served functions
@@ -154,8 +157,12 @@ class _Graphs:
                 "padding_mask": features["padding_mask"], "input_ids": features["input_ids"],
                 "segment_ids": features["segment_ids"]}
 
-    def head(self, features):
-        """The task head's outputs, floats in float32 whatever the export's precision."""
+    def head(self, features, pack=False):
+        """The task head's outputs, floats in float32 whatever the export's precision; with `pack` (a sequence
+        head reading one window) the merged requests' rows are packed first (`packing.pack_merged`: several
+        short requests share a row, each attending only to itself; the outputs are the same)."""
+        if pack and self.doc_len is None:
+            features = packing.pack_merged(features)
         outputs = self.model(features, training=False)
         return {k: tf.cast(v, tf.float32) if v.dtype.is_floating else v for k, v in outputs.items()}
 
@@ -188,7 +195,7 @@ def parse_text_examples(serialized, feature_names):
         return [parsed[name] for name in feature_names]
 
 
-def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
+def build_serving_module(model, tokenizer, finetune_config, max_seq_len, packing_mode="auto"):
     """(root, signatures) for a fine-tuned head model.
 
     Args:
@@ -199,6 +206,9 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
       max_seq_len: L, the longest input of every signature (requests are padded to their longest row); for
         a model reading long documents (``long_doc`` "memory"), the segment length, and inputs take up to
         ``max_doc_len`` tokens (the segments run in a ``tf.while_loop`` carrying the memory).
+      packing_mode: "auto": classification, regression, multi-label and RACE exports reading one window pack
+        the rows of a request (several texts, or requests merged by the server's batching) into rows of the
+        request's width before the model (`xlnet_tf.data.packing.pack_merged`); "none": they do not.
     Returns:
       ``(root, signatures)``: the root object holding the tokenizer and the model's variables, and the
       concrete functions by signature name (``serving_default``, ``encode``, ``tokenize``, ``predict_ids``;
@@ -209,6 +219,7 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
     task = finetune_config["task"]
     length = max_seq_len
     doc_len = config_doc_len(finetune_config)
+    pack = packing.parse_mode(packing_mode) == "auto" and task in packing.PACKED_TASKS
     g = _Graphs(model, tokenizer, length, doc_len)
     root = _Root()
     root.tokenizer = tokenizer
@@ -236,7 +247,7 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
 
     if task in SENTENCE_TASKS:
         def answers(features):
-            out = g.head({k: features[k] for k in ("input_ids", "segment_ids", "padding_mask")})
+            out = g.head({k: features[k] for k in ("input_ids", "segment_ids", "padding_mask")}, pack=pack)
             if task == "regression":
                 return {"prediction": out["predictions"]}
             logits = out["logits"]
@@ -336,7 +347,7 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len):
                                           max_qa_len, pad_to_multiple=PAD_MULTIPLE, max_doc_len=doc_len)
                 features = {k: tf.reshape(features[k], [-1, choices, tf.shape(features[k])[-1]])
                             for k in ("input_ids", "segment_ids", "padding_mask")}
-            logits = g.head(features)["logits"]
+            logits = g.head(features, pack=pack)["logits"]
             return {"logits": logits, "probabilities": tf.nn.softmax(logits, -1),
                     "answer_index": tf.argmax(logits, -1)}
 

@@ -255,6 +255,9 @@ LENGTH_TARGETS = {
     "tune fixed": "fine-tuning SST-2 lengths, buckets vs fixed padding",
     "tune transformers": "fine-tuning SST-2 lengths, buckets vs transformers dynamic padding",
     "predict": "predict SST-2 lengths, buckets vs fixed padding",
+    "packed transformers": "fine-tuning SST-2 lengths, packed vs transformers dynamic padding",
+    "packed useful": "fine-tuning SST-2 lengths, packed: useful FLOP/s over the float32 matmul peak",
+    "predict packed": "predict SST-2 lengths, packed vs buckets",
     **{f"{stat} {where}": f"latency short/long text {stat}, {where}"
        for where in ("in process", "served (gRPC)") for stat in ("p50", "p99")},
 }
@@ -262,23 +265,29 @@ LENGTH_TARGETS = {
 
 def fabricated_length_results(transformers):
     """Rows of the lengths tasks as `summarize` makes them: fine-tuning buckets 32 examples/s vs fixed 8 (4x,
-    met) and vs `transformers` (a worker result); predict 128 vs 64 examples/s (2x, not met); latency in
-    process short/long 0.2 at p50 (met) and 0.5 at p99 (not met), the server not started."""
+    met) and vs `transformers` (a worker result), packed 64 examples/s reaching 60% of a 100 GFLOP/s peak (met);
+    predict 128 vs 64 examples/s (2x, not met), packed 192 (1.5x buckets, not met); latency in process
+    short/long 0.2 at p50 (met) and 0.5 at p99 (not met), the server not started."""
     options = BenchmarkOptions(size=SMALL, seq_len=16, long_seq_len=0, tasks=("lengths",), lengths_batch_size=4)
 
     def row(implementation, task, padding, result):
         case = Case(implementation, task, 4, 16, size=tuple(sorted(SMALL.items())), padding=padding, sample_size=64)
-        return summarize(case, {"status": "ok", **result} if "status" not in result else result, {})
+        return summarize(case, {"status": "ok", **result} if "status" not in result else result, {"float32": 100.0})
 
     tokens = {"real_tokens_per_step": 40.0}
     latency = {"short": {"p50_ms": 2.0, "p99_ms": 4.0, "requests": 50},
                "long": {"p50_ms": 10.0, "p99_ms": 8.0, "requests": 50}}
     rows = [
+        row("xlnet-tf", "lengths-finetune", "packed", {"seconds": [0.5, 0.5], "timed_examples": 64, **tokens,
+                                                       "boundaries": [16], "rows_per_batch": [3],
+                                                       "padded_tokens_per_step": 48.0, "useful_flops": 60e9}),
         row("xlnet-tf", "lengths-finetune", "buckets", {"seconds": [1.0, 1.0], "timed_examples": 64, **tokens,
                                                         "boundaries": [8, 16], "padded_tokens_per_step": 48.0}),
         row("xlnet-tf", "lengths-finetune", "fixed", {"seconds": [8.0], "timed_examples": 64, "boundaries": [16],
                                                       "padded_tokens_per_step": 64.0, **tokens}),
         row("transformers", "lengths-finetune", "dynamic", transformers),
+        row("xlnet-tf", "lengths-predict", "packed", {"seconds": [8 / 3], "timed_examples": 512, "boundaries": [16],
+                                                      "padded_tokens_per_step": 44.0, **tokens}),
         row("xlnet-tf", "lengths-predict", "buckets", {"seconds": [4.0], "timed_examples": 512, "boundaries": [8, 16],
                                                        "padded_tokens_per_step": 44.0, **tokens}),
         row("xlnet-tf", "lengths-predict", "fixed", {"seconds": [8.0], "timed_examples": 512, "boundaries": [16],
@@ -303,34 +312,40 @@ def test_length_targets_and_report(tmp_path, capsys, transformers, expected):
     report.write(results, str(tmp_path))
     printed = capsys.readouterr().out
     rows, targets = results["rows"], {t["target"]: t for t in results["targets"]}
-    check("buckets examples/s (64 over 2 s)", rows[0]["examples_per_s"], 32.0)
+    check("buckets examples/s (64 over 2 s)", rows[1]["examples_per_s"], 32.0)
+    check("packed useful FLOP/s over the peak (60 GFLOP in 1 s over 100 GFLOP/s)", rows[0]["useful_fraction"], 0.6)
+    check("predict packed vs buckets", targets[LENGTH_TARGETS["predict packed"]]["value"], 1.5)
     check("fine-tuning buckets vs fixed", targets[LENGTH_TARGETS["tune fixed"]]["value"], 4.0)
     check("predict buckets vs fixed", targets[LENGTH_TARGETS["predict"]]["value"], 2.0)
     check("in-process p50 short/long", targets[LENGTH_TARGETS["p50 in process"]]["value"], 0.2)
     check("in-process p99 short/long", targets[LENGTH_TARGETS["p99 in process"]]["value"], 0.5)
     verdicts = {key: targets[name]["met"] for key, name in LENGTH_TARGETS.items()}
-    want = {"tune fixed": True, "tune transformers": expected, "predict": False, "p50 in process": True,
+    want = {"tune fixed": True, "tune transformers": expected, "predict": False, "packed transformers": expected,
+            "packed useful": True, "predict packed": False, "p50 in process": True,
             "p99 in process": False, "p50 served (gRPC)": None, "p99 served (gRPC)": None}
     print(f"verdicts {verdicts} (bound {want})")
     assert verdicts == want
     versus = targets[LENGTH_TARGETS["tune transformers"]]
     if expected is None:
         assert versus["value"] is None and "transformers lengths-finetune dynamic" in versus["detail"]
-        assert "examples_per_s" not in rows[2]
+        assert "examples_per_s" not in rows[3]
     else:
         check("buckets vs transformers dynamic", versus["value"], 32.0 / (64 / transformers["seconds"][0]))
+        check("packed vs transformers dynamic", targets[LENGTH_TARGETS["packed transformers"]]["value"],
+              64.0 / (64 / transformers["seconds"][0]))
     assert "server did not start" in targets[LENGTH_TARGETS["p50 served (gRPC)"]]["detail"]
     assert not [r for r in rows if "vs_transformers" in r or "tokens_per_s" in r]
     markdown = report.format_markdown(results)
     tables = [line for line in markdown.splitlines() if line.startswith("| ")]
-    print(f"markdown table lines {len(tables)} (bound == 2 headers + 5 rows + 3 in process + 1 served)")
-    assert tables[0].startswith("| implementation | task | padding |") and len(tables) == 2 + 5 + 3 + 1
+    print(f"markdown table lines {len(tables)} (bound == 2 headers + 7 rows + 3 in process + 1 served)")
+    assert tables[0].startswith("| implementation | task | padding |") and len(tables) == 2 + 7 + 3 + 1
     assert "| tokens/s |" not in markdown and "Real sentence lengths:" in markdown and "67,349 sentences" in markdown
-    assert "| xlnet-tf | lengths-finetune | buckets | 4 | 16 | 8,16 | 32.0 | 40 | 48 | 1.20 | 4.00 |" in markdown
+    assert "| xlnet-tf | lengths-finetune | buckets | 4 | 16 | 8,16 | 32.0 | 40 | 48 | 1.20 | 4.00 |  |" in markdown
+    assert "| xlnet-tf | lengths-finetune | packed | 4 | 16 | 16x3 | 64.0 | 40 | 48 | 1.20 | 8.00 | 60% |" in markdown
     assert "| in process | short/long |  | 0.20 | 0.50 |  |" in markdown
     assert "not measured (1)" in markdown and "NOT MET" in printed and "NOT MEASURED" in printed
     assert ("missing (1)" in markdown) == (expected is None)
-    assert json.loads((tmp_path / "results.json").read_text())["rows"][0]["boundaries"] == [8, 16]
+    assert json.loads((tmp_path / "results.json").read_text())["rows"][1]["boundaries"] == [8, 16]
 
 
 def test_worker_statuses(monkeypatch):
@@ -397,18 +412,29 @@ def test_cli_end_to_end(tmp_path):
             assert row["examples_per_s"] > 0 and row["timed_examples"] == timed and row["boundaries"][-1] == 16
             assert 0 < row["real_tokens_per_step"] <= row["padded_tokens_per_step"]
         assert fixed["boundaries"] == [16] and len(buckets["boundaries"]) > 1
-    tune = [rows[("xlnet-tf", "lengths-finetune", p)] for p in ("buckets", "fixed")]
-    waste = [r["sample_padded_tokens"] / r["sample_real_tokens"] for r in tune]
+    tune = [rows[("xlnet-tf", "lengths-finetune", p)] for p in ("buckets", "fixed", "packed")]
+    waste = [r["sample_padded_tokens"] / r["sample_real_tokens"] for r in tune[:2]]
     print(f"fine-tuning sample padded/real: buckets {waste[0]:.2f} < fixed {waste[1]:.2f}; programs traced "
           f"{[r['traced_programs'] for r in tune]} (bound 1 each: every step has the same shapes)")
-    assert waste[0] < waste[1] and [r["traced_programs"] for r in tune] == [1, 1]
+    assert waste[0] < waste[1] and [r["traced_programs"] for r in tune] == [1, 1, 1]
+    for task, timed in (("lengths-finetune", 3 * 4), ("lengths-predict", 16)):
+        packed = rows[("xlnet-tf", task, "packed")]
+        print(f"{packed['label']}: {packed['examples_per_s']:.1f} examples/s over {packed['timed_examples']} (bound "
+              f"{timed}), {packed['rows_per_batch']} rows of {packed['boundaries']} (bound one width <= 16), real / "
+              f"padded tokens per step {packed['real_tokens_per_step']:.1f} / {packed['padded_tokens_per_step']:.1f} "
+              f"(bound real <= padded), useful FLOP/s over the peak {packed['useful_fraction']:.3f} (bound in (0, 1))")
+        assert packed["timed_examples"] == timed and len(packed["boundaries"]) == 1 and packed["boundaries"][0] <= 16
+        assert 0 < packed["real_tokens_per_step"] <= packed["padded_tokens_per_step"]
+        assert 0 < packed["useful_fraction"] < 1
     latency = rows[("xlnet-tf-savedmodel", "lengths-latency", "")]
     pieces = {text: latency["texts"][text]["tokens"] for text in ("short", "long")}
     print(f"latency texts {pieces} pieces (bound short < long <= 14); served error {latency['served_error']} "
           f"(bound None)")
     assert 0 < pieces["short"] < pieces["long"] <= 14 and latency["served_error"] is None
-    for where in ("in_process", "served"):
-        for text in ("short", "long"):
+    print(f"latency batch request: {latency['texts']['batch']} (bound 4 texts)")
+    assert latency["texts"]["batch"]["texts"] == 4
+    for where in ("in_process", "served", "unpacked_in_process"):
+        for text in ("short", "long", "batch"):
             measured = latency[where][text]
             print(f"{where} {text}: p50 {measured['p50_ms']:.2f} ms <= p99 {measured['p99_ms']:.2f} ms (bound > 0), "
                   f"{measured['requests']} requests (bound 10)")

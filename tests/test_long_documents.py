@@ -196,12 +196,14 @@ def test_grad_segments_bound_the_gradient_through_memory():
         embedding = grads[[v.path for v in model.trainable_variables].index(model.word_embedding.embeddings.path)]
         first_segment_token = np.abs(embedding[61]).max()
         assert [g is None for g in grads] == [r is None for r in reference]
-        diff = max(np.abs(g - r).max() for g, r in zip(grads, reference) if r is not None)
+        # float32 rounding grows with the gradients' size (up to about 10 here): relative to the largest, >= 1
+        scale = max(1.0, max(float(np.abs(r).max()) for r in reference if r is not None))
+        diff = max(np.abs(g - r).max() for g, r in zip(grads, reference) if r is not None) / scale
         every = k != 1
         against = "a block-causal pass" if every else "the original's recurrence"
-        print(f"grad_segments {k}{' (tf.while_loop)' if looped else ''}: gradients vs {against} max |diff| "
-              f"{diff:.2e} (bound 1e-5); segment-0 token's embedding gradient {first_segment_token:.2e} (bound "
-              f"{'> 1e-4' if every else '0'})")
+        print(f"grad_segments {k}{' (tf.while_loop)' if looped else ''}: gradients vs {against} max |diff| / "
+              f"max(1, max |gradient| = {scale:.1f}) {diff:.2e} (bound 1e-5); segment-0 token's embedding gradient "
+              f"{first_segment_token:.2e} (bound {'> 1e-4' if every else '0'})")
         assert diff <= 1e-5
         assert first_segment_token > 1e-4 if every else first_segment_token == 0.0
 

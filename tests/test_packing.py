@@ -63,7 +63,7 @@ def race_rows(rng, n, c=4):
 
 def packed(batch, width):
     """`batch` packed whole by best fit decreasing into rows of `width` -> (packed batch, layout)."""
-    layout = packing.best_fit_decreasing(packing.sequence_lengths(batch), width)
+    layout = packing.layout(packing.sequence_lengths(batch), width)
     shape = packing.PackedShape(width, layout.rows, layout.slots)
     return packing.pack_rows(batch, layout.row, layout.offset, layout.slot, shape), layout
 
@@ -72,9 +72,9 @@ def packed(batch, width):
 # Layouts
 
 
-def test_best_fit_decreasing_places_every_sequence_once_without_overlap(rng):
+def test_first_fit_decreasing_places_every_sequence_once_without_overlap(rng):
     for width, lengths in ((64, mixed_lengths(rng, 200, 64)), (48, np.full(7, 48)), (96, np.full(30, 3))):
-        layout = packing.best_fit_decreasing(lengths, width)
+        layout = packing.layout(lengths, width)
         taken = np.zeros([layout.rows, width], np.int32)
         for r, o, n in zip(layout.row, layout.offset, lengths):
             taken[r, o:o + n] += 1
@@ -87,8 +87,16 @@ def test_best_fit_decreasing_places_every_sequence_once_without_overlap(rng):
         per_row = np.bincount(layout.row)
         assert layout.slots == per_row.max() and all(
             sorted(layout.slot[layout.row == r]) == list(range(per_row[r])) for r in range(layout.rows))
-    with pytest.raises(ValueError, match="does not fit"):
-        packing.best_fit_decreasing([10, 65], 64)
+    with pytest.raises(ValueError, match="a packed row of 64 holds sequences of 1 to 64"):
+        packing.layout([10, 65], 64)
+    # Groups are independent: a whole run's layouts at once equal each group's alone.
+    groups = mixed_lengths(rng, 5 * 16, 40).reshape(5, 16)
+    together = packing.layouts(groups, 40)
+    alone = [packing.layout(g, 40) for g in groups]
+    same = all(np.array_equal(together["row"][k], a.row) and np.array_equal(together["offset"][k], a.offset)
+               and together["rows"][k] == a.rows for k, a in enumerate(alone))
+    print(f"5 groups of 16 laid out together = each alone: {same} (bound True)")
+    assert same
 
 
 def test_packing_mode_flag_and_width():
@@ -355,3 +363,32 @@ def test_packed_finetuning_learns_as_strata(tmp_path):
     gap = abs(results["auto"] - results["none"])
     print(f"accuracy packed vs strata: {results['auto']:.3f} vs {results['none']:.3f}, gap {gap:.3f} (bound 0.05)")
     assert gap <= 0.05
+
+
+# ----------------------------------------------------------------------------------------------------
+# Exports: the rows of a request packed in the graph
+
+
+def test_an_export_packs_a_request_and_answers_as_unpacked(tmp_path):
+    """`export --packing auto` (the default) packs a request's texts into rows of the request's width in the
+    graph; its answers equal `--packing none`'s for a batch of mixed lengths, one text and none; the ops stay
+    on the allowlist (export_model refuses an export otherwise)."""
+    from conftest import tiny_finetuned_classifier
+    from xlnet_tf.export.exporter import export_model
+
+    texts = [line.strip() for _, text in sorted(pydoc_data.topics.topics.items())
+             for line in text.splitlines() if line.strip()][2000:2030]
+    texts[7] = " ".join(texts[:6])  # one long text among short ones: the request's width is its
+    model_dir = tiny_finetuned_classifier(tmp_path, texts, tiny_config(n_token=400), 64, seed=5)
+    loaded = {}
+    for mode in ("auto", "none"):
+        version = export_model(model_dir, tmp_path / "export" / mode, packing=mode)
+        metadata = json.loads(open(f"{version}/assets.extra/xlnet_export.json", encoding="utf-8").read())
+        want = "requests" if mode == "auto" else "none"
+        print(f"--packing {mode}: recorded packing {metadata['packing']!r} (bound {want!r})")
+        assert metadata["packing"] == want
+        loaded[mode] = tf.saved_model.load(version).signatures["serving_default"]
+    for name, request in (("30 texts of mixed lengths", texts), ("one text", texts[3:4]), ("no text", [])):
+        packed_out, plain = (loaded[mode](text=tf.constant(request, tf.string)) for mode in ("auto", "none"))
+        check(f"export logits, {name}: packed vs unpacked", packed_out["logits"], plain["logits"], OUTPUT_BOUND)
+        assert packed_out["label"].numpy().tolist() == plain["label"].numpy().tolist()

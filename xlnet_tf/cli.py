@@ -331,7 +331,7 @@ def _export(args):
     from xlnet_tf.export import export_model
 
     print(export_model(args.model_dir, args.export_base, args.version, args.max_seq_len, args.reusable,
-                       precision=args.precision, max_new_tokens=args.max_new_tokens))
+                       precision=args.precision, max_new_tokens=args.max_new_tokens, packing=args.packing))
 
 
 def _generate(args):
@@ -575,6 +575,11 @@ def build_parser():
                         "generates (default 64)")
     export.add_argument("--reusable", action="store_true",
                         help="export the encoder alone as a reusable, trainable SavedModel")
+    export.add_argument("--packing", default="auto", metavar="auto|none",
+                        help="auto (the default): classification, regression, multi-label and race exports pack "
+                             "the rows of a request (several texts, or requests merged by --enable_batching) into "
+                             "rows of the request's width, each text attending only to itself (the same answers, "
+                             "fewer positions); none: every text its own row")
     export.add_argument("--precision", default="float32", choices=("float32", "bfloat16", "float16"),
                         help="what the served graph computes in (float32 variables; softmax, layer norm and the "
                              "outputs in float32; text in, float32 out in every precision): bfloat16 for AVX512_BF16 "

@@ -6,8 +6,9 @@ neighbours (`masks.example_blocked`, from per-token `example_ids`) computes what
 example keeps its own layout (`A <sep> B <sep> <cls>`), and a head reads each example's `<cls>`
 (`cls_positions`, then `example_slots`).
 
-Layouts (where each sequence goes: row, offset, slot) are chosen in numpy, best fit decreasing; the rows
-themselves are built by one graph function (`pack_rows`) that training's tf.data pipeline and inference share.
+Layouts (where each sequence goes: row, offset, slot: first fit decreasing) and the packed rows are each one
+graph function (`first_fit_decreasing`, `pack_rows`) that training's plan and tf.data pipeline, inference and
+the exports share.
 
 Training (`packed_plan`): a step's examples are the stratified plan's (`buckets.training_plan`: every step
 mirrors the data's length distribution, so its total length varies little), packed per replica micro-batch
@@ -18,7 +19,6 @@ example fits; at inference an example longer than the width is run unpacked (its
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 
 import numpy as np
@@ -61,36 +61,63 @@ class Layout:
     slots: int
 
 
-def best_fit_decreasing(lengths, width):
-    """Sequences of `lengths` (each at most `width`) placed into rows of `width`: longest first, each into the
-    row it fills best (the least room left that holds it), a new row when none does -> `Layout`."""
-    lengths = np.asarray(lengths, np.int64).reshape(-1)
-    n = len(lengths)
-    if n and lengths.max() > width:
-        raise ValueError(f"a sequence of {lengths.max()} tokens does not fit a packed row of {width}")
-    row = np.zeros(n, np.int32)
-    offset = np.zeros(n, np.int32)
-    rooms, used = [], []  # rooms: sorted (room left, row) of rows that still have room; used[r]: positions taken
-    for i in np.argsort(-lengths, kind="stable"):
-        length = int(lengths[i])
-        k = bisect.bisect_left(rooms, (length, -1))
-        if k == len(rooms):
-            r = len(used)
-            used.append(0)
-        else:
-            r = rooms.pop(k)[1]
-        row[i], offset[i] = r, used[r]
-        used[r] += length
-        if used[r] < width:
-            bisect.insort(rooms, (width - used[r], r))
-    slot = np.zeros(n, np.int32)
-    if n:
-        order = np.lexsort((offset, row))  # by row, then position in the row
-        starts = np.r_[0, np.flatnonzero(np.diff(row[order])) + 1]
-        counts = np.diff(np.r_[starts, n])
-        slot[order] = np.arange(n) - np.repeat(starts, counts)
-        return Layout(row, offset, slot, len(used), int(counts.max()))
-    return Layout(row, offset, slot, 0, 0)
+def first_fit_decreasing(lengths, width):
+    """Packing layouts as a graph function: `lengths` int [S, n] (S independent groups of n sequences, each of
+    1 to `width` tokens) -> `row`, `offset`, `slot` int32 [S, n] and `rows`, `slots` int32 [S].
+
+    Within each group the sequences are placed longest first (ties by index), each into the first row with room
+    for it (a new row when none has); the groups are placed side by side, one loop step per sequence rank, so
+    a whole training run's layouts take n steps. First fit decreasing uses at most 11/9 of the fewest rows
+    possible, plus one."""
+    import tensorflow as tf
+
+    lengths = tf.cast(lengths, tf.int32)
+    groups, n = tf.shape(lengths)[0], tf.shape(lengths)[1]
+    order = tf.math.top_k(lengths, k=n).indices  # longest first; equal lengths by index
+    group = tf.range(groups)
+    zeros = tf.zeros([groups, n], tf.int32)
+
+    def place(i, room, count, row, offset, slot):
+        sequence = tf.stack([group, order[:, i]], 1)
+        length = tf.gather_nd(lengths, sequence)
+        first = tf.argmax(tf.cast(room >= length[:, None], tf.int32), axis=1, output_type=tf.int32)
+        chosen = tf.stack([group, first], 1)
+        room_left, held = tf.gather_nd(room, chosen), tf.gather_nd(count, chosen)
+        return (i + 1, tf.tensor_scatter_nd_update(room, chosen, room_left - length),
+                tf.tensor_scatter_nd_update(count, chosen, held + 1),
+                tf.tensor_scatter_nd_update(row, sequence, first),
+                tf.tensor_scatter_nd_update(offset, sequence, width - room_left),
+                tf.tensor_scatter_nd_update(slot, sequence, held))
+
+    _, _, count, row, offset, slot = tf.while_loop(
+        lambda i, *_: i < n, place, [tf.constant(0), tf.fill([groups, n], tf.cast(width, tf.int32)), zeros, zeros,
+                                     zeros, zeros])
+    none = tf.zeros([groups], tf.int32)  # groups of no sequences use no rows
+    return {"row": row, "offset": offset, "slot": slot, "rows": tf.maximum(tf.reduce_max(row, axis=1) + 1, none),
+            "slots": tf.maximum(tf.reduce_max(count, axis=1), none)}
+
+
+_LAYOUTS = {}
+
+
+def layouts(lengths, width):
+    """`first_fit_decreasing` on numpy lengths [S, n] (a traced function per width) -> numpy dict."""
+    import tensorflow as tf
+
+    lengths = np.asarray(lengths, np.int64)
+    if lengths.size and (lengths.max() > width or lengths.min() < 1):
+        raise ValueError(f"sequences of {lengths.min()} to {lengths.max()} tokens: a packed row of {width} holds "
+                         f"sequences of 1 to {width}")
+    if width not in _LAYOUTS:
+        _LAYOUTS[width] = tf.function(lambda x: first_fit_decreasing(x, width), reduce_retracing=True)
+    return {k: v.numpy() for k, v in _LAYOUTS[width](tf.constant(lengths, tf.int32)).items()}
+
+
+def layout(lengths, width):
+    """The `Layout` of one group of sequences of `lengths` [n] in rows of `width`."""
+    found = layouts(np.asarray(lengths).reshape(1, -1), width)
+    return Layout(found["row"][0], found["offset"][0], found["slot"][0], int(found["rows"][0]),
+                  int(found["slots"][0]))
 
 
 def choose_width(lengths, max_seq_len, multiple=WIDTH_MULTIPLE):
@@ -133,16 +160,10 @@ def packed_plan(plan, lengths, width):
     multiple choice) in rows of `width`: rows and slots are the most any micro-batch needs."""
     lengths = np.asarray(lengths, np.int64)
     examples = plan_examples(plan)
-    micro, replicas, _ = examples.shape
-    shares = lengths[examples].reshape(micro, replicas, -1)  # each share's sequences, options in order
-    row, offset, slot = (np.zeros(shares.shape, np.int32) for _ in range(3))
-    rows = slots = 1
-    for m in range(micro):
-        for r in range(replicas):
-            layout = best_fit_decreasing(shares[m, r], width)
-            row[m, r], offset[m, r], slot[m, r] = layout.row, layout.offset, layout.slot
-            rows, slots = max(rows, layout.rows), max(slots, layout.slots)
-    return PackedPlan(PackedShape(width, rows, slots), row, offset, slot)
+    shares = lengths[examples].reshape(examples.shape[0], examples.shape[1], -1)  # options in order
+    found = layouts(shares.reshape(-1, shares.shape[-1]), width)
+    shape = PackedShape(width, int(found["rows"].max()), int(found["slots"].max()))
+    return PackedPlan(shape, *(found[k].reshape(shares.shape) for k in ("row", "offset", "slot")))
 
 
 def inference_layouts(lengths, batch_size, width):
@@ -150,13 +171,17 @@ def inference_layouts(lengths, batch_size, width):
     taken `batch_size` at a time in input order (a batch mirrors the data's length mix, as a training step)
     and packed -> (`PackedShape` common to every batch, [(example indices, Layout)])."""
     lengths = np.asarray(lengths, np.int64)
-    batches = []
-    rows = slots = 1
-    for start in range(0, len(lengths), batch_size):
-        layout = best_fit_decreasing(lengths[start:start + batch_size].reshape(-1), width)
-        batches.append((np.arange(start, min(start + batch_size, len(lengths))), layout))
-        rows, slots = max(rows, layout.rows), max(slots, layout.slots)
-    return PackedShape(width, rows, slots), batches
+    full = len(lengths) // batch_size  # batches of batch_size examples, then the rest
+    groups = [layouts(lengths[:full * batch_size].reshape(full, -1), width)] if full else []
+    if full * batch_size < len(lengths):
+        groups.append(layouts(lengths[full * batch_size:].reshape(1, -1), width))
+    found = [(group, k) for group in groups for k in range(len(group["rows"]))]
+    batches = [(np.arange(start, min(start + batch_size, len(lengths))),
+                Layout(group["row"][k], group["offset"][k], group["slot"][k], int(group["rows"][k]),
+                       int(group["slots"][k])))
+               for start, (group, k) in zip(range(0, len(lengths), batch_size), found)]
+    shape = PackedShape(width, max(b.rows for _, b in batches), max(b.slots for _, b in batches))
+    return shape, batches
 
 
 def pays(packed_shape, strata_positions):
@@ -172,10 +197,24 @@ def parse_mode(value):
     return mode
 
 
+def pack_merged(batch):
+    """One merged batch of rows padded to a common width W (an export's requests: `input_ids`, `segment_ids`,
+    `padding_mask` [B, W], or [B, C, W] for multiple choice) packed in the graph into rows of W, as many as
+    first fit decreasing needs (`pack_rows`' outputs). A batch of one row stays one row."""
+    import tensorflow as tf
+
+    mask = tf.convert_to_tensor(batch["padding_mask"])
+    width = tf.shape(mask)[-1]
+    found = first_fit_decreasing(tf.reshape(tf.reduce_sum(tf.cast(mask, tf.int32), -1), [1, -1]), width)
+    shape = PackedShape(width, found["rows"][0], found["slots"][0])
+    return pack_rows(batch, found["row"][0], found["offset"][0], found["slot"][0], shape)
+
+
 def pack_rows(batch, row, offset, slot, shape):
     """A batch of n padded rows (left- or right-padded: `input_ids`, `segment_ids`, `padding_mask` [n, L], or
     [n, C, L] for multiple choice) packed by a layout (`row`, `offset`, `slot` [n] or [n * C]) into
-    `shape.rows` rows of `shape.width` (a graph function; tensors or numpy in).
+    `shape.rows` rows of `shape.width` (a graph function; tensors or numpy in; the shape's fields may be
+    scalar tensors).
 
     Returns the packed `input_ids`, `segment_ids`, `padding_mask` and `example_ids` int32 [R, W] (padding: 0),
     `cls_positions` int32 [R, E] (each sequence's last real position) and `example_slots` int32 [n] ([n, C]);
