@@ -6,7 +6,7 @@ builder (`graph_features.classification_inputs`: left-padded, `<cls>` last). Fin
 library's (`data.buckets.stratify` "auto": one part per length stratum), predict batches its buckets
 (`auto_boundaries` over the sampled lengths); fixed padding is the same code padding to max_seq_len; packed
 rows are `data.packing`'s (the strata's examples of each step packed into rows of the longest row's width, as
-`finetune --packing auto`; predict packs `batch_size` examples at a time, as `predict` of a packed model).
+`finetune --packing auto`; predict packs as `predict` of a packed model: calls of about `batch_size` examples).
 Fine-tuning and predict rows also count the useful FLOPs: each example's matmul FLOPs alone at its own length
 (`flops.example_flops`), for the share of the matmul peak they reach.
 """
@@ -119,7 +119,8 @@ def _finetune(case):
            f"{case.padding}: {len(strata.widths)} part(s) per batch")
     return {
         "seconds": seconds, "timed_examples": steps * batch, "steps": steps, **layout,
-        "useful_flops": _useful_flops(case, features["length"][timed], training=True), "real_tokens_per_step": real / steps,
+        "useful_flops": _useful_flops(case, features["length"][timed], training=True),
+        "real_tokens_per_step": real / steps,
         "padded_tokens_per_step": padded / steps, "sample_real_tokens": int(features["length"].sum()),
         "sample_padded_tokens": int(round(strata.positions_per_row * len(features["length"]))),
         "traced_programs": traced, "loss_first": losses[0], "loss_last": losses[-1],
@@ -150,8 +151,8 @@ def _predict(case):
     predict()
     seconds = time_iterations(predict, 0, case.iterations)
     if width:
-        shape, layouts = packing.inference_layouts(lengths, case.batch_size, width)
-        count, real, padded = len(layouts), int(lengths.sum()), len(layouts) * shape.rows * shape.width
+        shape, calls = packing.inference_layouts(lengths, case.batch_size, width)
+        count, real, padded = len(calls), int(lengths.sum()), len(calls) * shape.rows * shape.width
         layout = {"boundaries": [width], "rows_per_batch": [shape.rows], "examples_per_row": shape.slots}
     else:
         count = len(buckets.inference_batches(buckets.assign(lengths, boundaries), case.batch_size))

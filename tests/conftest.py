@@ -13,6 +13,21 @@ def rng():
     return np.random.default_rng(1234)
 
 
+def check_close(name, got, want, bound=1e-5):
+    """Asserts max |got - want| <= bound, printing the figure with its bound."""
+    diff = float(np.max(np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64)), initial=0.0))
+    print(f"{name}: max|diff| = {diff:.2e} (bound {bound:.0e})")
+    assert diff <= bound, name
+
+
+def ragged_ids(rng, lengths, vocab=64):
+    """Random token ids in [9, vocab) as a ragged [N, None] int32 tensor with rows of `lengths`."""
+    import tensorflow as tf
+
+    return tf.ragged.constant([rng.integers(9, vocab, size=n).tolist() for n in lengths], dtype=tf.int32,
+                              row_splits_dtype=tf.int64)
+
+
 def tiny_config(**changes):
     from xlnet_tf.config import XLNetConfig
 
@@ -81,3 +96,30 @@ def tiny_finetuned_classifier(work, texts, config, max_seq_len, seed, label_name
     model_dir = work / "finetuned" / "cls"
     save_finetuned(model, str(model_dir), finetune_config, extra_files=[spm])
     return str(model_dir)
+
+
+def resumes_bit_identical(make_trainer, tmp_path, what, steps=8, stop_at=4):
+    """Trains `make_trainer(model_dir, steps)` straight through, and again stopped after step `stop_at` (as
+    SIGTERM would: the loop saves and stops) then resumed by a new trainer; asserts the weights are the same to
+    the bit, printing the figure with its bound."""
+    import signal
+
+    straight = make_trainer(tmp_path / "straight", steps)
+    straight.train()
+    first = make_trainer(tmp_path / "resumed", steps)
+    counts = first.inputs.token_counts
+
+    def stop_after(first_step, end_step):
+        if end_step >= stop_at:
+            first._stop_signal = signal.SIGTERM
+        return counts(first_step, end_step)
+
+    first.inputs.token_counts = stop_after
+    first.train()
+    stopped = int(first.step.numpy())
+    second = make_trainer(tmp_path / "resumed", steps)
+    second.train()
+    diffs = [float(np.max(np.abs(a.numpy() - b.numpy()))) for a, b in zip(straight.model.weights, second.model.weights)]
+    print(f"weights after {steps} steps vs stopped at step {stopped} and resumed ({what}): max |diff| "
+          f"{max(diffs):.1e} (bound 0)")
+    assert stopped == stop_at and max(diffs) == 0.0

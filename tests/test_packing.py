@@ -15,7 +15,7 @@ import pydoc_data.topics
 import pytest
 import tensorflow as tf
 
-from conftest import tiny_config
+from conftest import check_close as check, ragged_ids, resumes_bit_identical, tiny_config
 from xlnet_tf.config import RunOptions
 from xlnet_tf.data import buckets, packing
 from xlnet_tf.data import graph_features as gf
@@ -27,17 +27,6 @@ LOSS_BOUND = 1e-6
 GRAD_BOUND = 1e-5
 L = 48
 RUN = RunOptions(dropout=0.0, dropatt=0.0, initializer_range=0.3)  # wide weights: outputs depend on the input
-
-
-def check(name, got, want, bound):
-    diff = float(np.max(np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64)), initial=0.0))
-    print(f"{name}: max|diff| = {diff:.2e} (bound {bound:.0e})")
-    assert diff <= bound, name
-
-
-def ragged_ids(rng, lengths, vocab=64):
-    return tf.ragged.constant([rng.integers(9, vocab, size=n).tolist() for n in lengths], dtype=tf.int32,
-                              row_splits_dtype=tf.int64)
 
 
 def mixed_lengths(rng, n, longest=80):
@@ -292,27 +281,7 @@ def test_xla_compiles_one_program_for_a_packed_run(tmp_path, task):
 
 
 def test_packed_training_resumes_bit_identical(tmp_path):
-    import signal
-
-    straight, _ = _packed_trainer(tmp_path / "straight", 8)
-    straight.train()
-    first, _ = _packed_trainer(tmp_path / "resumed", 8)
-    counts = first.inputs.token_counts
-
-    def stop_after_step_4(first_step, end_step):  # as SIGTERM would: the loop saves and stops
-        if end_step >= 4:
-            first._stop_signal = signal.SIGTERM
-        return counts(first_step, end_step)
-
-    first.inputs.token_counts = stop_after_step_4
-    first.train()
-    stopped = int(first.step.numpy())
-    second, _ = _packed_trainer(tmp_path / "resumed", 8)
-    second.train()
-    diffs = [float(np.max(np.abs(a.numpy() - b.numpy()))) for a, b in zip(straight.model.weights, second.model.weights)]
-    print(f"weights after 8 packed steps vs stopped at step {stopped} and resumed (dropout on): max |diff| "
-          f"{max(diffs):.1e} (bound 0)")
-    assert stopped == 4 and max(diffs) == 0.0
+    resumes_bit_identical(lambda path, steps: _packed_trainer(path, steps)[0], tmp_path, "dropout on, packed rows")
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -166,22 +166,31 @@ def packed_plan(plan, lengths, width):
     return PackedPlan(shape, *(found[k].reshape(shares.shape) for k in ("row", "offset", "slot")))
 
 
-def inference_layouts(lengths, batch_size, width):
-    """Inference batches of packed rows: examples (sequences of `lengths` [N] or [N, C], each at most `width`)
-    taken `batch_size` at a time in input order (a batch mirrors the data's length mix, as a training step)
-    and packed -> (`PackedShape` common to every batch, [(example indices, Layout)])."""
+def inference_layouts(lengths, batch_size, width, group_batches=32):
+    """Inference calls of packed rows -> (`PackedShape` common to every call, [(example indices, Layout)]).
+
+    Single sequences (`lengths` [N], each at most `width`): `group_batches` x batch_size examples at a time
+    (in input order) are packed together, and their rows cut into calls of as many rows as `batch_size`
+    examples of the data's mean length fill, so a call holds about `batch_size` examples and nearly no
+    padding. Multiple choice (`lengths` [N, C]): `batch_size` examples a call, their options packed together
+    (an example's options stay in one call)."""
     lengths = np.asarray(lengths, np.int64)
-    full = len(lengths) // batch_size  # batches of batch_size examples, then the rest
-    groups = [layouts(lengths[:full * batch_size].reshape(full, -1), width)] if full else []
-    if full * batch_size < len(lengths):
-        groups.append(layouts(lengths[full * batch_size:].reshape(1, -1), width))
-    found = [(group, k) for group in groups for k in range(len(group["rows"]))]
-    batches = [(np.arange(start, min(start + batch_size, len(lengths))),
-                Layout(group["row"][k], group["offset"][k], group["slot"][k], int(group["rows"][k]),
-                       int(group["slots"][k])))
-               for start, (group, k) in zip(range(0, len(lengths), batch_size), found)]
-    shape = PackedShape(width, max(b.rows for _, b in batches), max(b.slots for _, b in batches))
-    return shape, batches
+    choices = lengths.ndim == 2
+    group = batch_size if choices else batch_size * group_batches
+    per_call = None if choices else max(1, -(-int(round(batch_size * lengths.mean())) // width))
+    calls = []
+    for start in range(0, len(lengths), group):
+        examples = np.arange(start, min(start + group, len(lengths)))
+        found = layout(lengths[examples].reshape(-1), width)
+        if choices:
+            calls.append((examples, found))
+            continue
+        for first in range(0, found.rows, per_call):
+            inside = (found.row >= first) & (found.row < first + per_call)
+            calls.append((examples[inside], Layout(found.row[inside] - first, found.offset[inside], found.slot[inside],
+                                                   min(per_call, found.rows - first), found.slots)))
+    shape = PackedShape(width, per_call or max(c.rows for _, c in calls), max(c.slots for _, c in calls))
+    return shape, calls
 
 
 def pays(packed_shape, strata_positions):

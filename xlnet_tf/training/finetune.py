@@ -433,9 +433,9 @@ def run_model(model, task, features, batch_size=32, boundaries=None, strategy=No
     for a model reading long documents) and each batch is padded to its bucket's width.
     `strategy`: the model's distribution strategy (its variables were made under its scope); each batch is then
     split across its replicas (`distributed_inference`), else the model runs on the default device.
-    `packed_width` (the PACKED_TASKS on one replica): examples whose rows fit are packed, `batch_size` examples
-    at a time, into rows of that width (`packing.inference_layouts`: one static shape for every batch); longer
-    ones run by bucket.
+    `packed_width` (the PACKED_TASKS on one replica): examples whose rows fit are packed into rows of that
+    width, calls of about `batch_size` examples (`packing.inference_layouts`: one static shape for every
+    call); longer ones run by bucket.
     Per-position outputs (`POSITION_OUTPUTS`: SQuAD's start / end logits, token classification's logits) come
     back at their positions in the max_seq_len rows (right- or left-padded as the task's rows are), the rest
     filled with the heads' masked value.
@@ -468,13 +468,14 @@ def run_model(model, task, features, batch_size=32, boundaries=None, strategy=No
         sequences = packing.sequence_lengths(features)
         fits = sequences.reshape(len(lengths), -1).max(1) <= packed_width
         chosen, rest = np.flatnonzero(fits), np.flatnonzero(~fits)
-        shape, layouts = packing.inference_layouts(sequences[chosen], batch_size, packed_width)
-        for examples, layout in layouts:
+        shape, calls = packing.inference_layouts(sequences[chosen], batch_size, packed_width)
+        most = max((len(examples) for examples, _ in calls), default=0)
+        for examples, layout in calls:
             rows = chosen[examples]
             batch = packing.pack_rows({k: features[k][rows] for k in INPUTS[task]}, layout.row, layout.offset,
                                       layout.slot, shape)
-            slots = batch["example_slots"].numpy()  # padded to batch_size examples: one shape for every batch
-            batch["example_slots"] = np.concatenate([slots, np.repeat(slots[:1], batch_size - len(rows), 0)])
+            slots = batch["example_slots"].numpy()  # padded to the most examples a call holds: one shape
+            batch["example_slots"] = np.concatenate([slots, np.repeat(slots[:1], most - len(rows), 0)])
             put(rows, {k: v[:len(rows)] for k, v in predict(batch).items()})
     if len(rest):
         if boundaries is None:
