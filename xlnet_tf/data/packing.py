@@ -73,6 +73,9 @@ def first_fit_decreasing(lengths, width):
 
     lengths = tf.cast(lengths, tf.int32)
     groups, n = tf.shape(lengths)[0], tf.shape(lengths)[1]
+    if lengths.shape.rank == 2 and lengths.shape[1] == 0:  # no sequences (a static shape): nothing to place
+        none = tf.zeros([groups], tf.int32)
+        return {"row": lengths, "offset": lengths, "slot": lengths, "rows": none, "slots": none}
     order = tf.math.top_k(lengths, k=n).indices  # longest first; equal lengths by index
     group = tf.range(groups)
     zeros = tf.zeros([groups, n], tf.int32)
@@ -209,14 +212,29 @@ def parse_mode(value):
 def pack_merged(batch):
     """One merged batch of rows padded to a common width W (an export's requests: `input_ids`, `segment_ids`,
     `padding_mask` [B, W], or [B, C, W] for multiple choice) packed in the graph into rows of W, as many as
-    first fit decreasing needs (`pack_rows`' outputs). A batch of one row stays one row."""
+    first fit decreasing needs (`pack_rows`' outputs). A batch of one sequence keeps its row as it is (no
+    layout loop, no scatter)."""
     import tensorflow as tf
 
     mask = tf.convert_to_tensor(batch["padding_mask"])
     width = tf.shape(mask)[-1]
-    found = first_fit_decreasing(tf.reshape(tf.reduce_sum(tf.cast(mask, tf.int32), -1), [1, -1]), width)
-    shape = PackedShape(width, found["rows"][0], found["slots"][0])
-    return pack_rows(batch, found["row"][0], found["offset"][0], found["slot"][0], shape)
+    lengths = tf.reshape(tf.reduce_sum(tf.cast(mask, tf.int32), -1), [-1])
+    keys = ("input_ids", "segment_ids", "padding_mask") + PACKED_INPUTS
+
+    def packed():
+        found = first_fit_decreasing(lengths[None], width)
+        shape = PackedShape(width, found["rows"][0], found["slots"][0])
+        out = pack_rows(batch, found["row"][0], found["offset"][0], found["slot"][0], shape)
+        return {k: out[k] for k in keys}
+
+    def alone():  # every sequence its own row, as unpacked: its example is its real tokens, read at the last
+        rows = {k: tf.reshape(tf.cast(batch[k], tf.int32), [-1, width]) for k in keys[:3]}
+        last = tf.reduce_max(tf.where(rows["padding_mask"] > 0, tf.range(width)[None], 0), axis=1)
+        return {**rows, "example_ids": rows["padding_mask"], "cls_positions": last[:, None],
+                "example_slots": tf.reshape(tf.range(tf.size(lengths)), tf.shape(mask)[:-1])}
+
+    out = tf.cond(tf.size(lengths) > 1, packed, alone)
+    return {**{k: v for k, v in batch.items() if k not in keys}, **out}
 
 
 def pack_rows(batch, row, offset, slot, shape):
