@@ -785,7 +785,7 @@ def test_versions_atomic_publication_and_warmup(work, finetuned, references, tok
 
     from xlnet_tf.export import signatures
 
-    def stand_in(model, tokenizer, finetune_config, max_seq_len):  # a root without tracing
+    def stand_in(model, tokenizer, finetune_config, max_seq_len, packing_mode="auto"):  # a root, no tracing
         return tf.Module(), {}
 
     def broken_warmup(*args, **kwargs):

@@ -145,7 +145,7 @@ def test_export_to_ram_base_then_serve_it(exported, reference, finetuned, tmp_pa
 
     # Versions are numbered from what is on ram://; version 2 (a stand-in root: numbering only, no tracing).
     monkeypatch.chdir(tmp_path)
-    def stand_in(model, tokenizer, finetune_config, max_seq_len):  # a root without tracing
+    def stand_in(model, tokenizer, finetune_config, max_seq_len, packing_mode="auto"):  # a root, no tracing
         import tensorflow as tf
 
         return tf.Module(), {}
