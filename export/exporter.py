@@ -298,9 +298,8 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
       UserError: the version exists already, a bad version / max_seq_len, or a graph with an op that TF
         Serving does not link (nothing is left behind).
     """
-    from xlnet_tf.heads import read_finetune_config
-
     from xlnet_tf.data.packing import PACKED_TASKS, parse_mode
+    from xlnet_tf.heads import read_finetune_config
 
     if precision not in PRECISIONS:
         raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
