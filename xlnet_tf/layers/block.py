@@ -64,6 +64,9 @@ class XLNetBlock(keras.layers.Layer):
                 **attention_inputs,
             )
             ff_seeds = seeds.get("feed_forward")
+            if content.shape[1] == 0:  # no content row was computed (see the attention's `content_positions`)
+                return (content, None if query is None else self.feed_forward(
+                    query, training=training, dropout_seeds=ff_seeds), *probs)
             if query is None:
                 return (self.feed_forward(content, training=training, dropout_seeds=ff_seeds), None, *probs)
             # One feed-forward over both streams' rows: bigger matmuls, one weight gradient.
