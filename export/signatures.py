@@ -18,6 +18,7 @@ wherever the server places it. Every ``tf.function`` is traced with ``jit_compil
 
 import tensorflow as tf
 
+from xlnet_tf import heads
 from xlnet_tf.data import graph_features as gf
 from xlnet_tf.data import packing
 from xlnet_tf.data.buckets import PAD_MULTIPLE
@@ -144,15 +145,23 @@ class _Graphs:
                     "num_tokens": ids.row_lengths()}
 
     # -- model ----------------------------------------------------------------------------------------
-    def encode(self, features):
-        """The encoder's states; for long documents, those of the last segment (read with memory)."""
+    def encode(self, features, pack=False):
+        """The encoder's states, zeros at padding; for long documents, those of the last segment (read with
+        memory). With `pack` (one window) the merged requests' rows are packed first, as for `head`, and the
+        states put back in their rows (`packing.unpack_tokens`)."""
         inputs = {k: features[k] for k in ("input_ids", "segment_ids", "padding_mask")}
-        if self.doc_len is None:
-            hidden = self.model.transformer(inputs, training=False)["sequence_output"]
-        else:
+        if self.doc_len is not None:
             hidden = self.model.transformer.encode_document(inputs, self.length)
             features = {k: v[:, -self.length:] for k, v in inputs.items()}
-        hidden = tf.cast(hidden, tf.float32)
+        elif pack:
+            rows = packing.pack_merged(inputs)
+            hidden = self.model.transformer({k: rows[k] for k in heads.ENCODER_INPUTS},
+                                            training=False)["sequence_output"]
+            hidden = packing.unpack_tokens(hidden, rows["example_ids"], inputs["padding_mask"])
+        else:
+            hidden = self.model.transformer(inputs, training=False)["sequence_output"]
+        real = tf.cast(features["padding_mask"], hidden.dtype)[..., None]
+        hidden = tf.cast(hidden * real, tf.float32)
         return {"sequence_output": hidden, "pooled_output": hidden[:, -1],
                 "padding_mask": features["padding_mask"], "input_ids": features["input_ids"],
                 "segment_ids": features["segment_ids"]}
@@ -238,11 +247,11 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len, packing
     if pairs:
         @_fn(text_inputs)
         def encode(text_a, text_b):
-            return g.encode(g.classification_inputs(text_a, text_b))
+            return g.encode(g.classification_inputs(text_a, text_b), pack=pack)
     else:
         @_fn(text_inputs)
         def encode(text):
-            return g.encode(g.classification_inputs(text))
+            return g.encode(g.classification_inputs(text), pack=pack)
     signatures["encode"] = encode.get_concrete_function()
 
     if task in SENTENCE_TASKS:

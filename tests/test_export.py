@@ -414,10 +414,11 @@ def test_classification_matches_python_model(served, references, features):
 
     ids = {k: features["cls_texts"][k] for k in ("input_ids", "segment_ids", "padding_mask")}
     check("cls/predict_ids logits", served["cls/predict_ids"]["logits"], model(ids, training=False)["logits"])
-    hidden = model.transformer(ids, training=False)["sequence_output"].numpy()
+    # encode gives the states at real tokens and zeros at padding (packed: padding is not computed)
+    hidden = model.transformer(ids, training=False)["sequence_output"].numpy() * ids["padding_mask"][..., None]
     enc = served["cls/encode"]
     report("cls/encode sequence_output shape", list(enc["sequence_output"].shape), [len(TEXTS), CLS_LEN, 32])
-    check("cls/encode sequence_output", enc["sequence_output"], hidden)
+    check("cls/encode sequence_output (real tokens; zeros at padding)", enc["sequence_output"], hidden)
     check("cls/encode pooled_output (= <cls>, last position)", enc["pooled_output"], hidden[:, -1])
     report("cls/encode input_ids", enc["input_ids"].tolist(), ids["input_ids"].tolist())
     report("cls/encode padding_mask", enc["padding_mask"].tolist(), ids["padding_mask"].tolist())
@@ -464,8 +465,8 @@ def test_pair_and_regression_match_python_model(served, references, features, to
     check("pair/batch1 logits (empty pair)", served["pair/batch1"]["logits"],
           model({k: single[k] for k in ("input_ids", "segment_ids", "padding_mask")}, training=False)["logits"])
     ids = {k: features["pair"][k][:8] for k in ("input_ids", "segment_ids", "padding_mask")}
-    check("pair/encode sequence_output", served["pair/encode"]["sequence_output"],
-          model.transformer(ids, training=False)["sequence_output"])
+    check("pair/encode sequence_output (real tokens; zeros at padding)", served["pair/encode"]["sequence_output"],
+          model.transformer(ids, training=False)["sequence_output"] * ids["padding_mask"][..., None])
     reg, _ = references["reg"]
     want = _run(reg, "regression", features["pair"])["predictions"]
     report("reg/batch64 prediction shape", list(served["reg/batch64"]["prediction"].shape), [64])

@@ -129,6 +129,12 @@ def test_every_sequence_head_and_the_encoder_give_the_same_outputs_packed(rng):
     got = np.concatenate([states[r, o:o + n] for r, o, n in zip(layout.row, layout.offset, lengths)])
     want = np.concatenate([single[i, L - n:] for i, n in enumerate(lengths)])
     check(f"encoder states at all {len(want)} real tokens, packed vs alone", got, want, OUTPUT_BOUND)
+    back = packing.unpack_tokens(states, together["example_ids"], batch["padding_mask"]).numpy()
+    real = batch["padding_mask"][..., None]
+    check("unpack_tokens: packed states back in the original rows vs alone (real tokens)", back * real,
+          single * real, OUTPUT_BOUND)
+    print(f"unpack_tokens: max |state| at padding = {np.abs(back * (1 - real)).max()} (bound 0: zeros)")
+    assert back.shape == single.shape and not np.any(back * (1 - real))
     regressor = build_head_model("regression", config, RUN)
     check("regression predictions packed vs alone", regressor(together)["predictions"],
           regressor(batch)["predictions"], OUTPUT_BOUND)
@@ -340,8 +346,9 @@ def test_packed_finetuning_learns_as_strata(tmp_path):
 
 def test_an_export_packs_a_request_and_answers_as_unpacked(tmp_path):
     """`export --packing auto` (the default) packs a request's texts into rows of the request's width in the
-    graph; its answers equal `--packing none`'s for a batch of mixed lengths, one text and none; the ops stay
-    on the allowlist (export_model refuses an export otherwise)."""
+    graph; its answers, and `encode`'s states at every real token, equal `--packing none`'s for a batch of
+    mixed lengths, one text and none (`encode` gives zeros at padding either way); the ops stay on the
+    allowlist (export_model refuses an export otherwise)."""
     from conftest import tiny_finetuned_classifier
     from xlnet_tf.export.exporter import export_model
 
@@ -356,8 +363,23 @@ def test_an_export_packs_a_request_and_answers_as_unpacked(tmp_path):
         want = "requests" if mode == "auto" else "none"
         print(f"--packing {mode}: recorded packing {metadata['packing']!r} (bound {want!r})")
         assert metadata["packing"] == want
-        loaded[mode] = tf.saved_model.load(version).signatures["serving_default"]
+        loaded[mode] = tf.saved_model.load(version).signatures
     for name, request in (("30 texts of mixed lengths", texts), ("one text", texts[3:4]), ("no text", [])):
-        packed_out, plain = (loaded[mode](text=tf.constant(request, tf.string)) for mode in ("auto", "none"))
+        text = tf.constant(request, tf.string)
+        packed_out, plain = (loaded[mode]["serving_default"](text=text) for mode in ("auto", "none"))
         check(f"export logits, {name}: packed vs unpacked", packed_out["logits"], plain["logits"], OUTPUT_BOUND)
         assert packed_out["label"].numpy().tolist() == plain["label"].numpy().tolist()
+        packed_out, plain = (loaded[mode]["encode"](text=text) for mode in ("auto", "none"))
+        shapes = [list(out["sequence_output"].shape) for out in (packed_out, plain)]
+        print(f"export encode, {name}: shape packed {shapes[0]} (bound: unpacked {shapes[1]})")
+        assert shapes[0] == shapes[1]
+        check(f"export encode sequence_output, {name}: packed vs unpacked", packed_out["sequence_output"],
+              plain["sequence_output"], OUTPUT_BOUND)
+        check(f"export encode pooled_output, {name}: packed vs unpacked", packed_out["pooled_output"],
+              plain["pooled_output"], OUTPUT_BOUND)
+    mask = loaded["auto"]["encode"](text=tf.constant(texts, tf.string))["padding_mask"].numpy()[..., None]
+    states = loaded["auto"]["encode"](text=tf.constant(texts, tf.string))["sequence_output"].numpy()
+    print(f"packed encode of 30 texts: {int(mask.sum())} real of {mask.size} positions; max |state| at padding "
+          f"= {np.abs(states * (1 - mask)).max()} (bound 0), at real tokens {np.abs(states * mask).max():.3f} "
+          f"(bound > 0)")
+    assert not np.any(states * (1 - mask)) and np.abs(states * mask).max() > 0 and mask.sum() < mask.size

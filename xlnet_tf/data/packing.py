@@ -237,6 +237,26 @@ def pack_merged(batch):
     return {**{k: v for k, v in batch.items() if k not in keys}, **out}
 
 
+def unpack_tokens(states, example_ids, padding_mask):
+    """Per-token outputs of packed rows back in the rows they were packed from (a graph function).
+
+    `states` [R, W, ...] computed on rows made by `pack_rows` / `pack_merged` (whose `example_ids` [R, W] say
+    which sequence each position holds: 1 + its index, 0 padding); `padding_mask` [n, L] the original rows'
+    real tokens. Returns [n, L, ...]: each sequence's states at its real positions, in order, and zeros at
+    padding. A sequence's tokens are contiguous and in order within one packed row, so ordering the packed
+    real positions by sequence (a stable sort keeps each row's order) lines them up with the original real
+    positions in row-major order."""
+    import tensorflow as tf
+
+    example_ids = tf.cast(example_ids, tf.int32)
+    packed = tf.where(example_ids > 0)  # [tokens, 2]: (row, column), row-major
+    order = tf.argsort(tf.gather_nd(example_ids, packed), stable=True)
+    source = tf.gather(packed, order)
+    target = tf.where(tf.cast(padding_mask, tf.int32) > 0)  # [tokens, 2]: (sequence, position), row-major
+    shape = tf.concat([tf.shape(padding_mask, out_type=tf.int64), tf.shape(states, out_type=tf.int64)[2:]], 0)
+    return tf.scatter_nd(target, tf.gather_nd(states, source), shape)
+
+
 def pack_rows(batch, row, offset, slot, shape):
     """A batch of n padded rows (left- or right-padded: `input_ids`, `segment_ids`, `padding_mask` [n, L], or
     [n, C, L] for multiple choice) packed by a layout (`row`, `offset`, `slot` [n] or [n * C]) into
