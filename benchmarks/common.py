@@ -16,8 +16,9 @@ import numpy as np
 from xlnet_tf.export.exporter import PRECISIONS as EXPORTER_PRECISIONS
 
 STEP_TASKS = ("inference", "finetune", "pretrain")  # one synthetic batch, timed step by step
-# The "lengths" group: sentence lengths of SST-2 (fine-tuning, predict, the export's latency).
-LENGTH_TASKS = ("lengths-finetune", "lengths-predict", "lengths-latency")
+# The "lengths" group: sentence lengths of SST-2 (fine-tuning, predict, the export's latency); the "squad-lengths"
+# group: fine-tuning on SQuAD 2.0's window lengths (a head reading every position), measured as the lengths rows.
+LENGTH_TASKS = ("lengths-finetune", "lengths-predict", "lengths-latency", "lengths-squad")
 # The "documents" group: documents read as segments with Transformer-XL memory (fine-tuning, the export's latency).
 DOCUMENT_TASKS = ("documents-finetune", "documents-latency")
 DOCUMENT_SEGMENTS = (1, 2, 4, 8)  # segments of seq_len per document
@@ -32,7 +33,7 @@ PRECISION_TASKS = ("precision-latency",)
 # The "generate" group: greedy generation from one prompt, ours against transformers' (benchmarks/run_generate.py).
 GENERATE_TASKS = ("generate",)
 DEFAULT_TASKS = STEP_TASKS + ("lengths",)  # a run without --tasks
-TASKS = DEFAULT_TASKS + ("documents", "memory", "serving", "precision", "generate")  # what --tasks accepts
+TASKS = DEFAULT_TASKS + ("squad-lengths", "documents", "memory", "serving", "precision", "generate")  # --tasks
 PRECISIONS = ("float32", "bfloat16")  # of xlnet-tf's step cases (--precisions)
 EXPORT_PRECISIONS = tuple(EXPORTER_PRECISIONS)  # of the "precision" group's exports (--export-precisions)
 
@@ -40,6 +41,8 @@ EXPORT_PRECISIONS = tuple(EXPORTER_PRECISIONS)  # of the "precision" group's exp
 BASE_SIZE = {"n_token": 32000, "d_model": 768, "n_layer": 12, "n_head": 12, "d_head": 64, "d_inner": 3072}
 # {tokens: sentences} of GLUE SST-2 train and dev (SentencePiece pieces, no special tokens); the data is not here.
 LENGTHS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sst2_token_lengths.json")
+# {tokens: windows} of SQuAD 2.0 dev windows at XLNet's SQuAD settings (special tokens included); the data is not here.
+SQUAD_LENGTHS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "squad2_window_lengths.json")
 SPECIAL_TOKENS = 2  # <sep> and <cls> of a single-sentence classification row
 
 
@@ -62,7 +65,9 @@ class Case:
     max_seq_len): "lengths-finetune" (examples/s of fine-tuning steps, data pipeline included; warmup: untimed
     steps, iterations: timed steps), "lengths-predict" (examples/s of predicting the sample; after one
     untimed pass, iterations: timed passes over it) and "lengths-latency" (the exported classifier's latency
-    for a short and a long text; warmup and iterations count requests),
+    for a short and a long text; warmup and iterations count requests), and "lengths-squad" (as
+    "lengths-finetune" on rows of SQuAD 2.0's window lengths, SQUAD_LENGTHS_FILE, with a head reading
+    every position, as SQuAD's does),
     or one of DOCUMENT_TASKS on documents of S segments of seq_len tokens, S in `segments`:
     "documents-finetune" (examples/s and peak memory of a classification step on rows of S * seq_len real
     tokens read with memory, the gradient through the memory of the last `grad_segments` segments (0: all) and
@@ -223,26 +228,30 @@ def synthetic_batch(case: Case, seed: int = 0):
 
 def length_histogram(split="train", path=LENGTHS_FILE):
     """SST-2 sentence lengths of `split` ("train" or "dev") -> (tokens int64 [K] ascending, sentences int64 [K]):
-    `sentences[k]` sentences have `tokens[k]` pieces (no special tokens)."""
+    `sentences[k]` sentences have `tokens[k]` pieces (no special tokens); of SQUAD_LENGTHS_FILE: `split`
+    "windows", each window's pieces with its special tokens."""
     with open(path, encoding="utf-8") as handle:
         table = json.load(handle)[split]
     tokens = np.array(sorted(int(key) for key in table), np.int64)
     return tokens, np.array([table[str(t)] for t in tokens], np.int64)
 
 
-def sample_lengths(count, max_seq_len, seed=0, split="train"):
+def sample_lengths(count, max_seq_len, seed=0, split="train", path=LENGTHS_FILE, special_tokens=SPECIAL_TOKENS):
     """`count` classification row lengths, int64 [count]: sentence lengths drawn with replacement from the
-    histogram (seeded), plus the SPECIAL_TOKENS, capped at `max_seq_len` (longer sentences are truncated)."""
-    tokens, sentences = length_histogram(split)
+    histogram (seeded), plus the `special_tokens`, capped at `max_seq_len` (longer sentences are truncated).
+    SQuAD 2.0's windows: `split` "windows", `path` SQUAD_LENGTHS_FILE, `special_tokens` 0 (counted there)."""
+    tokens, sentences = length_histogram(split, path)
     drawn = np.random.default_rng(seed).choice(tokens, size=count, p=sentences / sentences.sum())
-    return np.minimum(drawn + SPECIAL_TOKENS, max_seq_len)
+    return np.minimum(drawn + special_tokens, max_seq_len)
 
 
 def length_examples(case: Case, seed=0):
     """The examples of a LENGTH_TASKS case, identical for every implementation: `case.sample_size` sentences
-    of random token ids in [10, n_token) whose rows (`sample_lengths` at case.seq_len) hold the sentence and
-    the special tokens -> (list of int32 [n_i] arrays, without special tokens; int32 [N] labels in {0, 1})."""
-    lengths = sample_lengths(case.sample_size, case.seq_len, seed) - SPECIAL_TOKENS
+    of random token ids in [10, n_token) whose rows (`sample_lengths` at case.seq_len: SST-2's sentences, or
+    SQuAD 2.0's windows for "lengths-squad") hold the sentence and the special tokens -> (list of int32 [n_i]
+    arrays, without special tokens; int32 [N] labels in {0, 1})."""
+    squad = {"split": "windows", "path": SQUAD_LENGTHS_FILE, "special_tokens": 0} if case.task == "lengths-squad" else {}
+    lengths = sample_lengths(case.sample_size, case.seq_len, seed, **squad) - SPECIAL_TOKENS
     rng = np.random.default_rng([seed, 1])
     ids = rng.integers(10, case.dims["n_token"], size=int(lengths.sum()), dtype=np.int32)
     labels = rng.integers(0, 2, size=len(lengths), dtype=np.int32)

@@ -37,11 +37,14 @@ def encoder_flops(batch, seq_len, dims, targets=0, read_rows=None):
             + last_layer_content)
 
 
-def example_flops(dims, length, training):
+def example_flops(dims, length, training, every_position=False):
     """The useful matmul FLOPs of one classification example of `length` tokens alone: its encoder reading
-    the <cls> and the head, three times for a training step."""
-    head = 2 * dims["d_model"] * (dims["d_model"] + 2)
-    forward = encoder_flops(1, length, dims, read_rows=1) + head
+    the <cls> and the head, three times for a training step; `every_position`: the encoder reading every
+    position and a two-logit dense layer on each (SQuAD's start / end cost)."""
+    if every_position:
+        forward = encoder_flops(1, length, dims) + 2 * length * dims["d_model"] * 2
+    else:
+        forward = encoder_flops(1, length, dims, read_rows=1) + 2 * dims["d_model"] * (dims["d_model"] + 2)
     return 3 * forward if training else forward
 
 

@@ -17,7 +17,7 @@ import json
 import os
 
 from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, GENERATE_TASKS, LENGTH_TASKS, LENGTHS_FILE, MEMORY_TASKS,
-                                        PRECISION_TASKS, SERVING_TASKS, STEP_TASKS)
+                                        PRECISION_TASKS, SERVING_TASKS, SQUAD_LENGTHS_FILE, STEP_TASKS)
 from xlnet_tf.benchmarks.suite import (DOCUMENT_TRAINING, GENERATE_TARGET, LATENCY_WHERE, PRECISION_REQUESTS,
                                        REFERENCES, document_growth, document_mode, document_training,
                                        generate_comparison, latency_ratio, length_row, precision_comparison,
@@ -79,7 +79,7 @@ def length_rows(results):
     step (per batch for predict), and examples/s over xlnet-tf's fixed padding of the same task."""
     rows, notes = [], []
     for row in results["rows"]:
-        if row["task"] not in ("lengths-finetune", "lengths-predict"):
+        if row["task"] not in ("lengths-finetune", "lengths-predict", "lengths-squad"):
             continue
         head = [row["implementation"], row["task"], row["padding"], str(row["batch_size"]), str(row["seq_len"])]
         if row["status"] != "ok":
@@ -120,12 +120,13 @@ def latency_rows(results):
                 notes.append(f"({len(notes) + 1}) {where}: not measured: {row.get('served_error')}")
                 rows.append([where, f"not measured ({len(notes)})"] + [""] * (len(LATENCY_COLUMNS) - 2))
                 continue
-            for text in ("short", "long", "batch"):
+            for text in ("short", "long", "batch", "encode"):
                 measured = row[key].get(text)
                 if not measured:
                     continue
                 about = row["texts"][text]
-                label = f"{about['texts']} texts (longest {about['longest']})" if text == "batch" else text
+                label = {"batch": f"{about.get('texts')} texts (longest {about.get('longest')})",
+                         "encode": f"{about.get('texts')} texts, `encode`"}.get(text, text)
                 rows.append([where, label, str(about["tokens"]), _number(measured["p50_ms"], 1),
                              _number(measured["p99_ms"], 1), str(measured["requests"])])
             rows.append([where, "short/long", "", _number(latency_ratio(row, key, "p50"), 2),
@@ -134,17 +135,30 @@ def latency_rows(results):
 
 
 def length_header(results):
-    """What the lengths tables measured, in one line."""
+    """What the lengths tables measured, in one line (a second sentence when the "lengths-squad" rows ran)."""
     with open(LENGTHS_FILE, encoding="utf-8") as handle:
         summary = json.load(handle)["train_summary"]
     options = results["options"]
+    tasks = {row["task"] for row in results["rows"]}
+    squad = ""
+    if "lengths-squad" in tasks:
+        with open(SQUAD_LENGTHS_FILE, encoding="utf-8") as handle:
+            windows = json.load(handle)["summary"]
+        squad = (f"lengths-squad: SQuAD 2.0 dev window lengths ({windows['windows']:,} windows: mean "
+                 f"{windows['mean']}, p50 {windows['p50']}, p90 {windows['p90']}, p99 {windows['p99']} pieces with "
+                 f"the special tokens), random token ids; batch {options['squad_batch_size']}, float32, no XLA, a "
+                 f"head reading every position; {options['squad_steps']} timed steps after {options['warmup']} "
+                 f"untimed.")
+        if not tasks - {"lengths-squad"}:
+            return squad
+        squad = " " + squad
     return (f"SST-2 train sentence lengths ({summary['sentences']:,} sentences: mean {summary['mean']}, p50 "
             f"{summary['p50']}, p90 {summary['p90']}, p99 {summary['p99']} pieces) + 2 special tokens, capped at "
             f"T = max_seq_len, random token ids; batch {options['lengths_batch_size']}, float32, no XLA. "
             f"Fine-tuning: examples/s over {options['lengths_steps']} timed steps after {options['warmup']} untimed, "
             f"data pipeline (transformers: collation) included; predict: "
             f"{options['lengths_predict_passes']} pass(es) over {options['lengths_predict_rows']} rows; latency: {options['latency_requests']} requests "
-            f"per text after {options['latency_warmup']}, one client")
+            f"per text after {options['latency_warmup']}, one client.{squad}")
 
 
 def document_rows(results):

@@ -8,7 +8,9 @@ library's (`data.buckets.stratify` "auto": one part per length stratum), predict
 rows are `data.packing`'s (the strata's examples of each step packed into rows of the longest row's width, as
 `finetune --packing auto`; predict packs as `predict` of a packed model: calls of about `batch_size` examples).
 Fine-tuning and predict rows also count the useful FLOPs: each example's matmul FLOPs alone at its own length
-(`flops.example_flops`), for the share of the matmul peak they reach.
+(`flops.example_flops`), for the share of the matmul peak they reach. "lengths-squad" fine-tunes the same way
+on rows of SQuAD 2.0's window lengths with a head reading every position: whether packing would pay for SQuAD,
+whose windows `finetune` keeps (packed rows of 512, the widest window).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ EXPORT_VOCAB = 2000  # the SentencePiece model of the exported classifier (CPyth
 SHORT_TEXT = "This function returns a new list."  # 6 words; 7 pieces with the export's vocabulary
 LONG_TOKENS = 120  # the long text's pieces (at most max_seq_len - 2)
 IMPLEMENTATION = {"lengths-finetune": "xlnet-tf", "lengths-predict": "xlnet-tf",
-                  "lengths-latency": "xlnet-tf-savedmodel"}
+                  "lengths-latency": "xlnet-tf-savedmodel", "lengths-squad": "xlnet-tf"}
 SERVED_REQUEST_TIMEOUT_S = 600  # the gRPC deadline of one timed request through xlnet-tf serve
 
 
@@ -38,7 +40,8 @@ def run(case: Case) -> dict:
     if case.precision != "float32" or case.xla:
         raise Unsupported("the lengths tasks are measured in float32 without XLA")
     keras.utils.set_random_seed(0)
-    return {"lengths-finetune": _finetune, "lengths-predict": _predict, "lengths-latency": _latency}[case.task](case)
+    return {"lengths-finetune": _finetune, "lengths-predict": _predict, "lengths-latency": _latency,
+            "lengths-squad": _finetune}[case.task](case)
 
 
 def _config(case):
@@ -70,21 +73,36 @@ def _spec(case):
 
 
 def _useful_flops(case, lengths, training):
-    """The matmul FLOPs of examples of `lengths`, each alone at its own length."""
+    """The matmul FLOPs of examples of `lengths`, each alone at its own length ("lengths-squad": reading every
+    position)."""
     from xlnet_tf.benchmarks.flops import example_flops
 
-    return float(sum(example_flops(case.dims, int(n), training) for n in lengths))
+    every = case.task == "lengths-squad"
+    return float(sum(example_flops(case.dims, int(n), training, every_position=every) for n in lengths))
+
+
+def every_position_loss(outputs, batch):
+    """The "lengths-squad" head's loss: softmax cross-entropy of class 0 at every real position of the
+    per-position `logits` [R, W, 2] (SQuAD's start / end logits cost as much); summed, over the real tokens."""
+    import tensorflow as tf
+
+    real = tf.cast(batch["padding_mask"], tf.float32)
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.zeros_like(batch["padding_mask"], tf.int32),
+                                                            logits=outputs["logits"])
+    return tf.reduce_sum(losses * real), tf.reduce_sum(real)
 
 
 def _finetune(case):
     """`case.warmup` untimed then `case.iterations` timed fine-tuning steps of the real `Trainer` (AdamW,
     clipping at 1.0, dropout 0.1, no XLA), one step per `run_steps` call, reading `TaskInput`'s tf.data
     pipeline: batches of one part per length stratum (`stratify` "auto") or padded to max_seq_len ("none").
+    The head: classification's (<cls>), or for "lengths-squad" `XLNetForTokenClassification` (two logits at
+    every position: the encoder's last layer computes every position, as for SQuAD) with `every_position_loss`.
     -> seconds [steps], timed_examples, boundaries (the strata's widths) and rows_per_batch, real / padded
     tokens per step (timed steps, and a batch mirroring the sample)."""
     from xlnet_tf.config import RunOptions
     from xlnet_tf.data import buckets, packing
-    from xlnet_tf.heads import XLNetForSequenceClassification, classification_loss
+    from xlnet_tf.heads import XLNetForSequenceClassification, XLNetForTokenClassification, classification_loss
     from xlnet_tf.training import strategies
     from xlnet_tf.training.finetune import INPUTS, LABELS, TaskInput
     from xlnet_tf.training.loop import Trainer, TrainingOptions
@@ -100,8 +118,10 @@ def _finetune(case):
     options = TrainingOptions(train_steps=10**6, batch_size=batch, learning_rate=2e-5, save_every=10**6)
     run_options = RunOptions(dropout=TRAINING_DROPOUT, dropatt=TRAINING_DROPOUT)
     with tempfile.TemporaryDirectory(prefix="xlnet-tf-bench-") as model_dir:
-        trainer = Trainer(strategies.make_strategy(), lambda: XLNetForSequenceClassification(
-            _config(case), run_options, num_labels=2), classification_loss, None, options, model_dir, inputs=inputs)
+        head, loss = ((XLNetForTokenClassification, every_position_loss) if case.task == "lengths-squad" else
+                      (XLNetForSequenceClassification, classification_loss))
+        trainer = Trainer(strategies.make_strategy(), lambda: head(_config(case), run_options, num_labels=2), loss,
+                          None, options, model_dir, inputs=inputs)
         iterator, mems = trainer.data_iterator(), trainer.initial_mems()
         losses = []
 
@@ -172,9 +192,10 @@ def _latency(case):
     (`serving.length_texts`, as requests merged by batching), `case.warmup` untimed then `case.iterations` timed
     requests each, in process (tf.saved_model.load) and through `xlnet-tf serve` over gRPC (its own process);
     then the same requests in process on the same classifier exported with `--packing none`.
-    -> texts {short, long, batch: {text (short, long), texts (batch), tokens}}, in_process, served and
-    unpacked_in_process {short, long, batch: {p50_ms, p99_ms, requests}} (served None, with served_error, when
-    the server could not answer)."""
+    The batch's request is also timed on `encode` (every token's state) in process, packed and unpacked.
+    -> texts {short, long, batch, encode: {text (short, long), texts (batch, encode), tokens}}, in_process,
+    served and unpacked_in_process {short, long, batch[, encode]: {p50_ms, p99_ms, requests}} (served None,
+    with served_error, when the server could not answer)."""
     import tensorflow as tf
 
     from xlnet_tf.benchmarks.serving import length_texts
@@ -189,9 +210,13 @@ def _latency(case):
         texts["batch"] = {"texts": len(batch), "tokens": int(np.sum(pieces)), "longest": int(np.max(pieces))}
         in_process, served, error = export_latencies(version, loaded.signatures["serving_default"], requests)
         plain = tf.saved_model.load(export_model(os.path.join(work, "finetuned"), os.path.join(work, "unpacked"),
-                                                 packing="none")).signatures["serving_default"]
-        unpacked = {key: request_latencies(lambda i, t=request: plain(text=tf.constant(t))["label"].numpy(), case)
-                    for key, (request, case) in requests.items()}
+                                                 packing="none")).signatures
+        unpacked = {key: request_latencies(lambda i, t=request: plain["serving_default"](text=tf.constant(t))[
+            "label"].numpy(), case) for key, (request, case) in requests.items()}
+        texts["encode"] = texts["batch"]  # the same request of the batch's texts, on `encode`
+        for times, signatures in ((in_process, loaded.signatures), (unpacked, plain)):
+            times["encode"] = request_latencies(
+                lambda i, f=signatures["encode"]: f(text=tf.constant(batch))["sequence_output"].numpy(), case)
     return {"texts": texts, "in_process": in_process, "served": served, "served_error": error,
             "unpacked_in_process": unpacked,
             "note": "serving_default, one request at a time, one client; served: xlnet-tf serve, gRPC on loopback; "

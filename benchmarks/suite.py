@@ -51,6 +51,8 @@ LENGTH_CASES = (
     ("xlnet-tf", "lengths-predict", "fixed"),
     ("xlnet-tf-savedmodel", "lengths-latency", ""),
 )
+# The "squad-lengths" task's cases: fine-tuning on SQuAD 2.0's window lengths, packed, by strata and padded to 512.
+SQUAD_LENGTH_CASES = tuple(("xlnet-tf", "lengths-squad", padding) for padding in ("packed", "buckets", "fixed"))
 # The "documents" tasks' cases: (implementation, task, segments per case): fine-tuning cases per segment count (one
 # per DOCUMENT_TRAINING mode), one export timed at every count.
 DOCUMENT_CASES = (
@@ -129,6 +131,11 @@ class BenchmarkOptions:
     `lengths_predict_rows` rows (after an untimed pass over them, which traces), latency:
     `latency_requests` requests per text after `latency_warmup`.
 
+    The "squad-lengths" task (not run by default) fine-tunes as the lengths task does, on `lengths_sample` rows
+    of SQuAD 2.0's window lengths at `long_seq_len` (XLNet's SQuAD max_seq_len 512; seq_len when 0), batch
+    `squad_batch_size`, with a head reading every position: `squad_steps` timed steps after `warmup` untimed,
+    packed, by strata and padded to the width.
+
     The "documents" tasks (not run by default) run at seq_len per segment, float32 without XLA, for each
     count in DOCUMENT_SEGMENTS: fine-tuning steps on batches of `documents_batch_size` documents (`warmup`
     untimed, `iterations` timed) and the export's latency (`latency_requests` requests per count after
@@ -167,6 +174,8 @@ class BenchmarkOptions:
     lengths_sample: int = 4096
     lengths_predict_rows: int = 512
     lengths_predict_passes: int = 1
+    squad_batch_size: int = 8
+    squad_steps: int = 5
     latency_requests: int = 50
     latency_warmup: int = 10
     documents_batch_size: int = 4
@@ -233,9 +242,16 @@ def plan_generate_cases(options: BenchmarkOptions):
 
 
 def plan_length_cases(options: BenchmarkOptions):
-    """The "lengths" tasks' cases (LENGTH_CASES) of the requested implementations, when "lengths" is asked for."""
+    """The "lengths" tasks' cases (LENGTH_CASES) of the requested implementations, when "lengths" is asked for,
+    and SQUAD_LENGTH_CASES when "squad-lengths" is."""
+    cases = []
+    if "squad-lengths" in options.tasks and "xlnet-tf" in options.implementations:
+        cases += [Case(implementation, task, batch_size=options.squad_batch_size, seq_len=options.long_seq_len or
+                       options.seq_len, precision="float32", xla=False, size=tuple(sorted(options.size.items())),
+                       warmup=options.warmup, iterations=options.squad_steps, padding=padding,
+                       sample_size=options.lengths_sample) for implementation, task, padding in SQUAD_LENGTH_CASES]
     if "lengths" not in options.tasks:
-        return []
+        return cases
     common = dict(batch_size=options.lengths_batch_size, seq_len=options.seq_len, precision="float32", xla=False,
                   size=tuple(sorted(options.size.items())))
     counts = {  # (warmup, iterations, sample_size)
@@ -243,7 +259,6 @@ def plan_length_cases(options: BenchmarkOptions):
         "lengths-predict": (min(options.warmup, 1), options.lengths_predict_passes, options.lengths_predict_rows),
         "lengths-latency": (options.latency_warmup, options.latency_requests, 0),
     }
-    cases = []
     for implementation, task, padding in LENGTH_CASES:
         if implementation in options.implementations:
             warmup, iterations, sample_size = counts[task]

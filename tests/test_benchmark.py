@@ -439,6 +439,11 @@ def test_cli_end_to_end(tmp_path):
             print(f"{where} {text}: p50 {measured['p50_ms']:.2f} ms <= p99 {measured['p99_ms']:.2f} ms (bound > 0), "
                   f"{measured['requests']} requests (bound 10)")
             assert 0 < measured["p50_ms"] <= measured["p99_ms"] and measured["requests"] == 10
+    for where in ("in_process", "unpacked_in_process"):  # the batch's request on `encode`, packed and not
+        measured = latency[where]["encode"]
+        print(f"{where} encode of the batch: p50 {measured['p50_ms']:.2f} ms <= p99 {measured['p99_ms']:.2f} ms "
+              f"(bound > 0), {measured['requests']} requests (bound 10)")
+        assert 0 < measured["p50_ms"] <= measured["p99_ms"] and measured["requests"] == 10
     verdicts = {t["target"]: t["met"] for t in results["targets"]}
     versus = verdicts["fine-tuning SST-2 lengths, buckets vs transformers dynamic padding"]
     print(f"buckets vs transformers verdict {versus} (bound None exactly when transformers is missing)")
@@ -448,12 +453,15 @@ def test_cli_end_to_end(tmp_path):
     assert any(line.startswith("implementation") and "examples/s" in line for line in done.stdout.splitlines())
     markdown = (out / "report.md").read_text()
     assert "Real sentence lengths:" in markdown and "| where | text | pieces |" in markdown
+    assert "| in process | 4 texts, `encode` |" in markdown
     assert (out / "throughput.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.parametrize("flags, named", [(["--tasks", "inference,nope"], "--tasks"),
                                           (["--iterations", "0"], "--iterations"),
                                           (["--lengths-batch-size", "0"], "--lengths-batch-size"),
+                                          (["--squad-batch-size", "0"], "--squad-batch-size"),
+                                          (["--squad-steps", "0"], "--squad-steps"),
                                           (["--documents-batch-size", "0"], "--documents-batch-size"),
                                           (["--memory-pretrain-batch-size", "0"], "--memory-pretrain-batch-size"),
                                           (["--memory-seq-len", "0"], "--memory-seq-len"),
@@ -631,6 +639,49 @@ def test_documents_run_in_process(monkeypatch, tmp_path):
     assert len(table) == 12 and "Long documents:" in markdown and "| tokens/s |" not in markdown
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["documents"] == growth and saved["rows"][8]["by_segments"][1]["segments"] == 2
+
+
+def test_squad_lengths_run_in_process(monkeypatch, tmp_path):
+    """`run_benchmark --tasks squad-lengths` in this process: a small model at SQuAD's max_seq_len 512 on SQuAD 2.0
+    window lengths (the histogram's summary checked first), packed / by strata / padded, one timed step of 4
+    windows; the head reads every position (useful FLOPs counted so), each layout one traced program; the
+    lengths table and the SQuAD line above it."""
+    from xlnet_tf.benchmarks.common import SQUAD_LENGTHS_FILE
+
+    tokens, windows = length_histogram("windows", SQUAD_LENGTHS_FILE)
+    with open(SQUAD_LENGTHS_FILE, encoding="utf-8") as handle:
+        summary = json.load(handle)["summary"]
+    every = np.repeat(tokens, windows)
+    check("SQuAD 2.0 windows", int(windows.sum()), summary["windows"])
+    check("mean window pieces", float(every.mean()), summary["mean"], rel=1e-3)
+    print(f"windows of {tokens.min()}..{tokens.max()} pieces (bound <= 512)")
+    assert tokens.max() <= 512 and tokens.min() > 2
+    monkeypatch.setattr(suite, "run_worker", measure_in_this_process)
+    options = BenchmarkOptions(size={**SMALL, "n_token": 2000}, seq_len=16, long_seq_len=512, tasks=("squad-lengths",),
+                               implementations=("xlnet-tf",), warmup=1, squad_steps=1, squad_batch_size=4,
+                               lengths_sample=256)
+    results = suite.run_benchmark(options, str(tmp_path), progress=False)
+    rows = {r["padding"]: r for r in results["rows"]}
+    print(f"rows {[(r['label'], r['status'], r.get('error')) for r in rows.values()]} (bound packed, buckets, fixed ok)")
+    assert list(rows) == ["packed", "buckets", "fixed"] and all(r["status"] == "ok" for r in rows.values())
+    for padding, row in rows.items():
+        print(f"{row['label']}: {row['examples_per_s']:.2f} examples/s (bound > 0), widths {row['boundaries']} x "
+              f"{row['rows_per_batch']} (bound the widest 512), real / padded tokens per step "
+              f"{row['real_tokens_per_step']:.0f} / {row['padded_tokens_per_step']:.0f} (bound real <= padded), "
+              f"traced programs {row['traced_programs']} (bound 1), loss {row['loss_first']:.3f} (bound finite)")
+        assert row["examples_per_s"] > 0 and row["timed_examples"] == 4 and max(row["boundaries"]) == 512
+        assert 0 < row["real_tokens_per_step"] <= row["padded_tokens_per_step"] and row["traced_programs"] == 1
+        assert math.isfinite(row["loss_first"]) and row["seq_len"] == 512 and row["task"] == "lengths-squad"
+    from xlnet_tf.benchmarks.flops import example_flops
+
+    dims = {**SMALL, "n_token": 2000}
+    every_position, cls_only = example_flops(dims, 200, True, every_position=True), example_flops(dims, 200, True)
+    print(f"useful FLOPs of a 200-piece window: every position {every_position:.3g} > the <cls> only {cls_only:.3g}")
+    assert every_position > cls_only
+    markdown = (tmp_path / "report.md").read_text()
+    print([line for line in markdown.splitlines() if "lengths-squad" in line][:2])
+    assert "lengths-squad: SQuAD 2.0 dev window lengths (6,312 windows" in markdown
+    assert "| xlnet-tf | lengths-squad | packed | 4 | 512 | 512x" in markdown
 
 
 def test_plan_memory_cases():

@@ -59,6 +59,7 @@ def _benchmark(args):
     from xlnet_tf.config import MODEL_SIZES
 
     for flag in ("batch_size", "seq_len", "iterations", "long_iterations", "lengths_batch_size", "lengths_steps",
+                 "squad_batch_size", "squad_steps",
                  "documents_batch_size", "memory_seq_len", "memory_pretrain_batch_size", "memory_finetune_batch_size",
                  "precision_batch_size", "precision_batch_requests"):
         if getattr(args, flag) < 1:
@@ -68,7 +69,7 @@ def _benchmark(args):
     if args.serving_seconds <= 0:
         raise UserError(f"--serving-seconds must be > 0, got {args.serving_seconds}")
     quick = {  # --quick: a smoke run
-        "long_seq_len": 0, "xla_modes": (False,), "warmup": 1, "iterations": 3, "lengths_steps": 3,
+        "long_seq_len": 0, "xla_modes": (False,), "warmup": 1, "iterations": 3, "lengths_steps": 3, "squad_steps": 2,
         "lengths_predict_rows": 4 * args.lengths_batch_size, "latency_requests": 10, "latency_warmup": 3,
         "serving_seconds": min(args.serving_seconds, 3.0), "serving_texts": 64,
         "precision_batch_requests": min(args.precision_batch_requests, 3),
@@ -82,6 +83,7 @@ def _benchmark(args):
         "implementations": _comma_list("--implementations", args.implementations, IMPLEMENTATIONS),
         "warmup": args.warmup, "iterations": args.iterations, "long_iterations": args.long_iterations,
         "lengths_batch_size": args.lengths_batch_size, "lengths_steps": args.lengths_steps, "timeout": args.timeout,
+        "squad_batch_size": args.squad_batch_size, "squad_steps": args.squad_steps,
         "documents_batch_size": args.documents_batch_size,
         "memory_seq_len": args.memory_seq_len, "memory_pretrain_batch_size": args.memory_pretrain_batch_size,
         "memory_finetune_batch_size": args.memory_finetune_batch_size,
@@ -613,6 +615,9 @@ def build_parser():
                        help="also inference, and pretraining memory, at this length (0: off)")
     bench.add_argument("--tasks", default="inference,finetune,pretrain,lengths",
                        help="lengths: fine-tuning, predict and the export's latency on SST-2 sentence lengths; "
+                            "squad-lengths (not by default): fine-tuning on SQuAD 2.0's window lengths at "
+                            "--long-seq-len with a head reading every position, packed vs strata vs padded "
+                            "(--squad-batch-size, --squad-steps); "
                             "documents (not by default): fine-tuning examples/s and the export's latency on long "
                             "documents of 1, 2, 4 and 8 segments of --seq-len read with memory (fine-tuning with "
                             "--grad-segments all and 1, each with --recompute none and blocks, with its peak memory); "
@@ -638,6 +643,9 @@ def build_parser():
     bench.add_argument("--lengths-batch-size", type=int, default=32, help="batch of the lengths tasks")
     bench.add_argument("--lengths-steps", type=int, default=20,
                        help="timed fine-tuning steps of the lengths task (after warm-up steps of every bucket)")
+    bench.add_argument("--squad-batch-size", type=int, default=8, help="windows per step of the squad-lengths task")
+    bench.add_argument("--squad-steps", type=int, default=5,
+                       help="timed fine-tuning steps of the squad-lengths task (after --warmup untimed)")
     bench.add_argument("--documents-batch-size", type=int, default=4,
                        help="documents per fine-tuning batch of the documents task")
     bench.add_argument("--memory-seq-len", type=int, default=512, help="length of the memory task's steps")
