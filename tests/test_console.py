@@ -54,3 +54,20 @@ def test_log_records_are_sorted_between_console_and_file(tmp_path, capfd):
     assert len(log.splitlines()) == 6 and "microseconds False" in log
     handlers = [h for h in logging.getLogger().handlers if h in console._installed]
     assert len(handlers) == 1  # one console handler left: configure never stacks them
+
+
+def test_the_console_is_whatever_stderr_is_when_a_record_comes(tmp_path, monkeypatch):
+    """The console handler writes to the current sys.stderr: a stream that replaced it after `configure` gets
+    the lines, and the one it replaced (closed meanwhile, as a finished test's capture is) is not written to."""
+    import io
+
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr("sys.stderr", first)
+    console.configure()
+    monkeypatch.setattr("sys.stderr", second)
+    first.close()
+    logging.getLogger("xlnet_tf.check").info("after the swap")
+    shown = second.getvalue()
+    print(f"the new stderr got {shown.strip()!r} (bound: the record); the closed one was not written to")
+    assert "INFO xlnet_tf.check: after the swap" in shown and "Logging error" not in shown
+    console.configure()  # back to this test's own stderr

@@ -20,6 +20,20 @@ def _own_or_warning(record):
     return record.name.split(".")[0] in OWN_LOGGERS or record.levelno >= logging.WARNING
 
 
+class _ConsoleHandler(logging.StreamHandler):
+    """A StreamHandler on whatever `sys.stderr` is when a record is emitted, not when the handler was made: a
+    program (or a notebook, or a test's capture) that replaces sys.stderr later still gets the lines, and a
+    replaced stream that was closed is never written to."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        """StreamHandler's constructor sets it; the stream is always the current sys.stderr."""
+
+
 def configure(log_file=None, verbose=False):
     """Logging for one command: INFO and above to the console and, with `log_file`, to that file (appended,
     its folder created). With a log file and without `verbose`, the console shows only the project's own
@@ -29,7 +43,7 @@ def configure(log_file=None, verbose=False):
         root.removeHandler(handler)
         handler.close()
     _installed.clear()
-    console = logging.StreamHandler(sys.stderr)
+    console = _ConsoleHandler()
     console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     handlers = [console]
     if log_file:
