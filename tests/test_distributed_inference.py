@@ -40,6 +40,26 @@ SCRIPT = textwrap.dedent("""
     print(f"RESULT replicas={strategy.num_replicas_in_sync} traced_runs={len(calls)} rows={len(split['logits'])} "
           f"diff={diff} spread={float(np.std(alone['logits'])):.3f}")
 
+    # Packed rows (a packed model's evaluate / predict): one packed call per replica in each strategy.run.
+    from xlnet_tf.data import packing
+    from xlnet_tf.training import finetune as ft
+
+    batches = []
+    packed_run = ft.packed_inference
+    def counting(model, strategy):
+        run = packed_run(model, strategy)
+        return lambda group: batches.append(len(group)) or run(group)
+    ft.packed_inference = counting
+    fit = lengths <= 16  # rows of 16: the longer ones run by bucket
+    shape, layouts = packing.inference_layouts(lengths[fit], 4, 16)
+    packed_split = finetune.run_model(model, "classification", features, batch_size=4, strategy=strategy,
+                                      packed_width=16)
+    ft.packed_inference = packed_run
+    packed_alone = finetune.run_model(model, "classification", features, batch_size=4, packed_width=16)
+    print(f"PACKED calls={len(layouts)} groups={len(batches)} most={max(batches)} fit={int(fit.sum())} "
+          f"diff={float(np.max(np.abs(packed_split['logits'] - alone['logits'])))} "
+          f"alone_diff={float(np.max(np.abs(packed_alone['logits'] - alone['logits'])))}")
+
     # `xlnet-tf predict --strategy mirrored`: a saved directory loaded under the strategy, vs one device.
     import json, os, sys, pydoc_data.topics
     from xlnet_tf.heads import save_finetuned
@@ -79,6 +99,14 @@ def test_evaluation_runs_under_the_strategy(tmp_path):
           f"{values['spread']}), strategy.run traced {values['traced_runs']} times (bound >= 1)")
     assert values["replicas"] == "2" and values["rows"] == "37" and int(values["traced_runs"]) >= 1
     assert float(values["diff"]) <= 1e-5 and float(values["spread"]) > 0.01
+    packed = _values(output, "PACKED")
+    calls, groups = int(packed["calls"]), int(packed["groups"])
+    print(f"packed rows of 16 ({packed['fit']} of 37 rows fit, the rest by bucket): {calls} packed calls in "
+          f"{groups} strategy runs of up to {packed['most']} (bound ceil(calls / 2) = {-(-calls // 2)}, 2 a run); "
+          f"logits vs one device unpacked max |diff| {float(packed['diff']):.2e}, one device packed "
+          f"{float(packed['alone_diff']):.2e} (bound 1e-5)")
+    assert calls > 2 and groups == -(-calls // 2) and packed["most"] == "2" and 0 < int(packed["fit"]) < 37
+    assert float(packed["diff"]) <= 1e-5 and float(packed["alone_diff"]) <= 1e-5
     saved = _values(output, "PREDICT")
     print(f"predict on a saved directory loaded under the strategy: {saved['rows']} rows (bound 29), "
           f"probabilities vs one device max |diff| {float(saved['diff']):.2e} (bound 1e-6)")

@@ -433,9 +433,9 @@ def run_model(model, task, features, batch_size=32, boundaries=None, strategy=No
     for a model reading long documents) and each batch is padded to its bucket's width.
     `strategy`: the model's distribution strategy (its variables were made under its scope); each batch is then
     split across its replicas (`distributed_inference`), else the model runs on the default device.
-    `packed_width` (the PACKED_TASKS on one replica): examples whose rows fit are packed into rows of that
-    width, calls of about `batch_size` examples (`packing.inference_layouts`: one static shape for every
-    call); longer ones run by bucket.
+    `packed_width` (the PACKED_TASKS): examples whose rows fit are packed into rows of that width, calls of
+    about `batch_size` examples (`packing.inference_layouts`: one static shape for every call), one call per
+    replica in each `strategy.run` (`packed_inference`); longer ones run by bucket.
     Per-position outputs (`POSITION_OUTPUTS`: SQuAD's start / end logits, token classification's logits) come
     back at their positions in the max_seq_len rows (right- or left-padded as the task's rows are), the rest
     filled with the heads' masked value.
@@ -463,20 +463,27 @@ def run_model(model, task, features, batch_size=32, boundaries=None, strategy=No
                 outputs[key][rows, :value.shape[1]] = value  # right-padded rows: positions keep their index
 
     rest = np.arange(len(lengths))
-    single = strategy is None or (strategy.num_replicas_in_sync == 1 and not _on_tpu(strategy))
-    if packed_width and task in packing.PACKED_TASKS and single:
+    if packed_width and task in packing.PACKED_TASKS:
         sequences = packing.sequence_lengths(features)
         fits = sequences.reshape(len(lengths), -1).max(1) <= packed_width
         chosen, rest = np.flatnonzero(fits), np.flatnonzero(~fits)
         shape, calls = packing.inference_layouts(sequences[chosen], batch_size, packed_width)
         most = max((len(examples) for examples, _ in calls), default=0)
-        for examples, layout in calls:
+        run_packed = packed_inference(model, strategy)
+        replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+
+        def packed_batch(examples, layout):
             rows = chosen[examples]
             batch = packing.pack_rows({k: features[k][rows] for k in INPUTS[task]}, layout.row, layout.offset,
                                       layout.slot, shape)
             slots = batch["example_slots"].numpy()  # padded to the most examples a call holds: one shape
             batch["example_slots"] = np.concatenate([slots, np.repeat(slots[:1], most - len(rows), 0)])
-            put(rows, {k: v[:len(rows)] for k, v in predict(batch).items()})
+            return {k: np.asarray(v) for k, v in batch.items()}
+
+        for first in range(0, len(calls), replicas):
+            group = calls[first:first + replicas]
+            for (examples, _), out in zip(group, run_packed([packed_batch(*call) for call in group])):
+                put(chosen[examples], {k: v[:len(examples)] for k, v in out.items()})
     if len(rest):
         if boundaries is None:
             segment_len = model.head_config.get("segment_len") if hasattr(model, "head_config") else None
@@ -493,6 +500,45 @@ def _on_tpu(strategy):
     import tensorflow as tf
 
     return isinstance(strategy, tf.distribute.TPUStrategy)
+
+
+def _replicated_call(model, strategy):
+    """A traced function: a distributed batch (one part per replica) -> the model's outputs of every part,
+    gathered in replica order (`strategy.gather`: every worker of a multi-worker run gets all), kept on the
+    model."""
+    import tensorflow as tf
+
+    cache = model.__dict__.setdefault("_inference_functions", {})
+    key = ("replicated", id(strategy))
+    if key not in cache:
+        @tf.function
+        def step(batch):
+            outputs = strategy.run(lambda part: model(part, training=False), args=(batch,))
+            return {k: strategy.gather(v, axis=0) for k, v in outputs.items()}
+
+        cache[key] = step
+    return cache[key]
+
+
+def packed_inference(model, strategy):
+    """A function: a list of packed batches (`packing.pack_rows`' dicts of numpy, all of one shape; at most one
+    per replica) -> the model's outputs of each, in order. Under a strategy of several replicas (or a TPU)
+    replica i runs batch i (replicas left over run a copy of the last) in one `strategy.run`; else the model
+    runs them one at a time on the default device."""
+    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    if replicas == 1 and not (strategy is not None and _on_tpu(strategy)):
+        call = distributed_inference(model, None, 0)
+        return lambda batches: [call(batch) for batch in batches]
+    step = _replicated_call(model, strategy)
+
+    def run(batches):
+        full = batches + batches[-1:] * (replicas - len(batches))
+        parts = strategy.experimental_distribute_values_from_function(
+            lambda context: full[context.replica_id_in_sync_group])
+        outputs = {k: v.numpy() for k, v in step(parts).items()}
+        return [{k: np.split(v, replicas)[i] for k, v in outputs.items()} for i in range(len(batches))]
+
+    return run
 
 
 def distributed_inference(model, strategy, batch_size):
@@ -515,11 +561,7 @@ def distributed_inference(model, strategy, batch_size):
             cache[key] = lambda batch: {k: v.numpy() for k, v in call(batch).items()}
         else:
             share = -(-batch_size // replicas)
-
-            @tf.function
-            def step(batch):
-                outputs = strategy.run(lambda part: model(part, training=False), args=(batch,))
-                return {k: strategy.gather(v, axis=0) for k, v in outputs.items()}
+            step = _replicated_call(model, strategy)
 
             def run(batch):
                 count = len(next(iter(batch.values())))
