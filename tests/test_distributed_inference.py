@@ -44,17 +44,30 @@ SCRIPT = textwrap.dedent("""
     from xlnet_tf.data import packing
     from xlnet_tf.training import finetune as ft
 
-    batches = []
-    packed_run = ft.packed_inference
+    drawn, runs = [0], []  # packed batches drawn so far; batches per strategy.run of packed rows
+    packed_run, replicated = ft.packed_inference, ft._replicated_call
     def counting(model, strategy):
         run = packed_run(model, strategy)
-        return lambda group: batches.append(len(group)) or run(group)
-    ft.packed_inference = counting
+        def counted(batches):
+            def source():
+                for batch in batches:
+                    drawn[0] += 1
+                    yield batch
+            return run(source())
+        return counted
+    def counting_step(model, strategy):
+        step = replicated(model, strategy)
+        def counted(parts):
+            runs.append(drawn[0] - sum(runs))  # 0 for the by-bucket runs
+            return step(parts)
+        return counted
+    ft.packed_inference, ft._replicated_call = counting, counting_step
     fit = lengths <= 16  # rows of 16: the longer ones run by bucket
     shape, layouts = packing.inference_layouts(lengths[fit], 4, 16)
     packed_split = finetune.run_model(model, "classification", features, batch_size=4, strategy=strategy,
                                       packed_width=16)
-    ft.packed_inference = packed_run
+    ft.packed_inference, ft._replicated_call = packed_run, replicated
+    batches = [n for n in runs if n]
     packed_alone = finetune.run_model(model, "classification", features, batch_size=4, packed_width=16)
     print(f"PACKED calls={len(layouts)} groups={len(batches)} most={max(batches)} fit={int(fit.sum())} "
           f"diff={float(np.max(np.abs(packed_split['logits'] - alone['logits'])))} "

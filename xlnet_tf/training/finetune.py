@@ -469,8 +469,6 @@ def run_model(model, task, features, batch_size=32, boundaries=None, strategy=No
         chosen, rest = np.flatnonzero(fits), np.flatnonzero(~fits)
         shape, calls = packing.inference_layouts(sequences[chosen], batch_size, packed_width)
         most = max((len(examples) for examples, _ in calls), default=0)
-        run_packed = packed_inference(model, strategy)
-        replicas = strategy.num_replicas_in_sync if strategy is not None else 1
 
         def packed_batch(examples, layout):
             rows = chosen[examples]
@@ -480,10 +478,9 @@ def run_model(model, task, features, batch_size=32, boundaries=None, strategy=No
             batch["example_slots"] = np.concatenate([slots, np.repeat(slots[:1], most - len(rows), 0)])
             return {k: np.asarray(v) for k, v in batch.items()}
 
-        for first in range(0, len(calls), replicas):
-            group = calls[first:first + replicas]
-            for (examples, _), out in zip(group, run_packed([packed_batch(*call) for call in group])):
-                put(chosen[examples], {k: v[:len(examples)] for k, v in out.items()})
+        outputs_of_calls = packed_inference(model, strategy)(packed_batch(*call) for call in calls)
+        for (examples, _), out in zip(calls, outputs_of_calls):
+            put(chosen[examples], {k: v[:len(examples)] for k, v in out.items()})
     if len(rest):
         if boundaries is None:
             segment_len = model.head_config.get("segment_len") if hasattr(model, "head_config") else None
@@ -521,22 +518,26 @@ def _replicated_call(model, strategy):
 
 
 def packed_inference(model, strategy):
-    """A function: a list of packed batches (`packing.pack_rows`' dicts of numpy, all of one shape; at most one
-    per replica) -> the model's outputs of each, in order. Under a strategy of several replicas (or a TPU)
-    replica i runs batch i (replicas left over run a copy of the last) in one `strategy.run`; else the model
-    runs them one at a time on the default device."""
+    """A function: packed batches (an iterable of `packing.pack_rows`' dicts of numpy, all of one shape) -> the
+    model's outputs of each, in order (a generator). Under a strategy of several replicas (or a TPU) each
+    `strategy.run` takes one batch per replica (the last run's spare replicas a copy of its last); else the
+    model runs them one at a time on the default device."""
+    import itertools
+
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     if replicas == 1 and not (strategy is not None and _on_tpu(strategy)):
         call = distributed_inference(model, None, 0)
-        return lambda batches: [call(batch) for batch in batches]
+        return lambda batches: map(call, batches)
     step = _replicated_call(model, strategy)
 
     def run(batches):
-        full = batches + batches[-1:] * (replicas - len(batches))
-        parts = strategy.experimental_distribute_values_from_function(
-            lambda context: full[context.replica_id_in_sync_group])
-        outputs = {k: v.numpy() for k, v in step(parts).items()}
-        return [{k: np.split(v, replicas)[i] for k, v in outputs.items()} for i in range(len(batches))]
+        batches = iter(batches)
+        while group := list(itertools.islice(batches, replicas)):
+            full = group + group[-1:] * (replicas - len(group))
+            parts = strategy.experimental_distribute_values_from_function(
+                lambda context, full=full: full[context.replica_id_in_sync_group])
+            outputs = {k: np.split(v.numpy(), replicas) for k, v in step(parts).items()}
+            yield from ({k: v[i] for k, v in outputs.items()} for i in range(len(group)))
 
     return run
 
