@@ -117,3 +117,50 @@ def test_bad_checkpoint_is_named(tmp_path, capsys):
     print(err)
     assert code == 2 and "has shape" in err and "the config needs" in err and prefix in err
     assert not os.path.exists(tmp_path / "out")
+
+
+def untied_checkpoint(tmp_path):
+    """The golden untied weights as a published TF1 checkpoint -> (prefix, xlnet_config.json path)."""
+    variables, official_config = published_variables(os.path.join(FIXTURES, "untied"))
+    prefix = str(tmp_path / "tf1" / "model.ckpt")
+    write_tf1_checkpoint(variables, prefix)
+    (tmp_path / "xlnet_config.json").write_text(json.dumps(official_config))
+    return prefix, str(tmp_path / "xlnet_config.json")
+
+
+def test_run_flags_are_recorded_and_give_transformers_outputs(tmp_path):
+    """The original's run flags (--clamp_len, --same_length, --bi_data, --mem_len, --reuse_len; dash spellings
+    too) go into OUT/run_options.json, the defaults of whatever loads OUT."""
+    prefix, config = untied_checkpoint(tmp_path)
+
+    def convert(name, *flags):
+        out = str(tmp_path / name)
+        assert main(["convert", "official", prefix, out, "--config", config, *flags]) == 0
+        recorded = json.load(open(os.path.join(out, "run_options.json")))
+        print(f"{' '.join(flags)}: run_options.json = {recorded}")
+        return out, recorded
+
+    out, recorded = convert("clamp3", "--clamp_len", "3", "--bi_data")
+    assert recorded == {"bi_data": True, "clamp_len": 3}
+    options = XLNetPretrainer.from_pretrained(out).run_options
+    print(f"loaded with no arguments: bi_data {options.bi_data}, clamp_len {options.clamp_len} (want True, 3)")
+    assert options.bi_data and options.clamp_len == 3
+    _, recorded = convert("memory", "--mem_len", "8", "--reuse-len", "6", "--same-length", "--clamp-len", "0")
+    assert recorded == {"mem_len": 8, "reuse_len": 6, "same_length": True}  # clamp_len 0: no clamp, as the original
+
+    out, recorded = convert("clamp5", "--clamp-len", "5", "--bi-data")
+    arrays = dict(np.load(os.path.join(FIXTURES, "untied", "bi_data_clamp.npz")))
+    inputs = {k: arrays[k] for k in ("input_ids", "segment_ids", "padding_mask", "perm_mask", "target_mapping")}
+    outputs = XLNetPretrainer.from_pretrained(out)(inputs, mems=list(arrays["mems"]))
+    for key in ("sequence_output", "query_output", "logits"):
+        diff = float(np.max(np.abs(outputs[key].numpy() - arrays[key])))
+        print(f"official --clamp-len 5 --bi-data, bi_data_clamp/{key}: max|diff| = {diff:.2e} (bound {TOLERANCE:.0e})")
+        assert diff <= TOLERANCE
+
+
+def test_bad_run_flag_is_named(tmp_path, capsys):
+    prefix, config = untied_checkpoint(tmp_path)
+    code = main(["convert", "official", prefix, str(tmp_path / "bad"), "--config", config, "--mem_len", "-1"])
+    err = capsys.readouterr().err
+    print(err)
+    assert code == 2 and "--mem_len must be >= 0" in err and not os.path.exists(tmp_path / "bad")

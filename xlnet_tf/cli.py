@@ -19,7 +19,12 @@ def _convert(args):
     if args.source == "huggingface":
         convert.convert_transformers(args.src, args.out, args.max_seq_len, allow_unused=args.allow_unused)
     else:
-        convert.convert_official(args.src, args.out, args.config, args.spm_model, args.max_seq_len)
+        for flag in ("mem_len", "reuse_len"):
+            if getattr(args, flag) < 0:
+                raise UserError(f"--{flag} must be >= 0, got {getattr(args, flag)}")
+        convert.convert_official(args.src, args.out, args.config, args.spm_model, args.max_seq_len,
+                                 clamp_len=args.clamp_len, same_length=args.same_length, bi_data=args.bi_data,
+                                 mem_len=args.mem_len, reuse_len=args.reuse_len)
     print(f"wrote {args.out}")
 
 
@@ -160,6 +165,12 @@ def _finetune(args):
         raise UserError("--squad-head and --max-answer-length are for --task squad")
     if args.doc_stride is not None and args.doc_stride < 1:
         raise UserError(f"--doc-stride must be at least 1, got {args.doc_stride}")
+    run_options = RunOptions(dropout=args.dropout, dropatt=args.dropatt, recompute=args.recompute)
+    if args.init_checkpoint:  # its recorded clamp_len / same_length / attn_type, under this run's flags
+        from xlnet_tf.heads import finetune_run_options
+
+        run_options = finetune_run_options(args.init_checkpoint, dropout=args.dropout, dropatt=args.dropatt,
+                                           recompute=args.recompute)
     setup = functools.partial(
         FinetuneSetup, task=args.task, train_file=args.train_file, eval_file=args.eval_file, model_dir=args.model_dir,
         lower_case=args.lower_case, init_checkpoint=args.init_checkpoint, max_seq_len=args.max_seq_len,
@@ -168,8 +179,7 @@ def _finetune(args):
         max_doc_len=args.max_doc_len, mem_len=args.mem_len, grad_segments=args.grad_segments,
         tag_column=args.tag_column, label_all_pieces=args.label_all_pieces, squad_head=args.squad_head,
         max_answer_length=args.max_answer_length, label_separator=args.label_separator,
-        tune_thresholds=args.tune_thresholds, packing=args.packing,
-        run_options=RunOptions(dropout=args.dropout, dropatt=args.dropatt, recompute=args.recompute),
+        tune_thresholds=args.tune_thresholds, packing=args.packing, run_options=run_options,
     )
     probe = setup(config=None, spm_model=None)  # bad flags fail before any work
     parse_widths(args.bucket_boundaries, args.max_seq_len, probe.doc_len)
@@ -331,9 +341,17 @@ def _plot_attention(args):
 
 def _export(args):
     from xlnet_tf.export import export_model
+    from xlnet_tf.generation import RecordedRunOptionsError
 
-    print(export_model(args.model_dir, args.export_base, args.version, args.max_seq_len, args.reusable,
-                       precision=args.precision, max_new_tokens=args.max_new_tokens, packing=args.packing))
+    try:
+        print(export_model(args.model_dir, args.export_base, args.version, args.max_seq_len, args.reusable,
+                           precision=args.precision, max_new_tokens=args.max_new_tokens, packing=args.packing))
+    except RecordedRunOptionsError as error:  # a language model's export generates
+        raise UserError(error.explain(_UNRECORD_HINT)) from None
+
+
+# How a command-line user overrides a recorded run option that a command cannot run with (no flag sets them).
+_UNRECORD_HINT = "remove them from that file (or convert again with other values)"
 
 
 def _generate(args):
@@ -353,7 +371,12 @@ def _generate(args):
         raise UserError("give --padding-text or --padding-text-file, not both")
     rows = [{"prompt": text} for text in args.prompt] if args.prompt else read_prompts(args.input)
     padding = files.read_text(args.padding_text_file) if args.padding_text_file else args.padding_text
-    model, tokenizer = load_generator(args.model_dir, args.spm_model)
+    from xlnet_tf.generation import RecordedRunOptionsError
+
+    try:
+        model, tokenizer = load_generator(args.model_dir, args.spm_model)
+    except RecordedRunOptionsError as error:
+        raise UserError(error.explain(_UNRECORD_HINT)) from None
     from tqdm import tqdm
 
     results = []
@@ -447,7 +470,11 @@ def build_parser():
     finetune.add_argument("--eval-file", help="evaluated after training (metrics in MODEL_DIR/eval_results.json)")
     finetune.add_argument("--spm-model", help="default: INIT_CHECKPOINT/spiece.model")
     finetune.add_argument("--lower-case", action="store_true", help="the SentencePiece model is uncased")
-    finetune.add_argument("--init-checkpoint", help="a pretrained directory (pretrain's --model-dir or convert's OUT)")
+    finetune.add_argument("--init-checkpoint",
+                          help="a pretrained directory (pretrain's --model-dir or convert's OUT); the clamp_len, "
+                               "same_length and attn_type it records (run_options.json) apply to fine-tuning and are "
+                               "recorded in --model-dir for evaluate, predict and export (its mem_len, reuse_len "
+                               "and bi_data are not: fine-tuning carries no memory and reads every row forward)")
     arch = finetune.add_mutually_exclusive_group()
     arch.add_argument("--config", help="xlnet_config.json, for random initialisation")
     arch.add_argument("--model-size", choices=["tiny", "base", "large"], help="for random initialisation")
@@ -505,7 +532,8 @@ def build_parser():
     finetune.set_defaults(run=_finetune, learning_rate=2e-5, batch_size=32, save_every=500)
 
     evaluate = commands.add_parser("evaluate", help="metrics of a fine-tuned model on a labelled file")
-    evaluate.add_argument("--model-dir", required=True)
+    evaluate.add_argument("--model-dir", required=True,
+                          help="a fine-tuned directory (computed with the run options it records, run_options.json)")
     evaluate.add_argument("--eval-file", required=True)
     evaluate.add_argument("--batch-size", type=int, default=32)
     _add_strategy_flags(evaluate, " (each batch split across its replicas)")
@@ -514,7 +542,8 @@ def build_parser():
     predict = commands.add_parser("predict", help="predictions of a fine-tuned model (JSONL; SQuAD: {id: answer}), "
                                   "or of an export as a Beam pipeline (--export-dir)")
     model = predict.add_mutually_exclusive_group(required=True)
-    model.add_argument("--model-dir", help="a fine-tuned directory: predicts one --input file in this process")
+    model.add_argument("--model-dir", help="a fine-tuned directory: predicts one --input file in this process "
+                                           "(with the run options it records, run_options.json)")
     model.add_argument("--export-dir", metavar="BASE/NAME/VERSION",
                        help="an exported SavedModel (xlnet-tf export): batch prediction as an Apache Beam pipeline "
                             "(RunInference on serving_default; rows that fail go to dead letters)")
@@ -567,7 +596,8 @@ def build_parser():
 
     export = commands.add_parser("export", help="a fine-tuned model -> SavedModel with built-in tokenization")
     export.add_argument("--model-dir", required=True, help="a fine-tuned model directory, or a pretrained / "
-                        "converted language model (exported for text generation: task lm)")
+                        "converted language model (exported for text generation: task lm); the export computes "
+                        "with the run options it records (run_options.json)")
     export.add_argument("--export-base", required=True, metavar="BASE/NAME", help="writes BASE/NAME/<version>/ (local, or gs://...: copied file by file, "
                                      "saved_model.pb last)")
     export.add_argument("--version", type=int, help="default: the next free integer")
@@ -589,7 +619,8 @@ def build_parser():
     export.set_defaults(run=_export)
 
     attention = commands.add_parser("plot-attention", help="attention maps of every layer and head as a PNG")
-    attention.add_argument("--model-dir", required=True, help="a pretrained or fine-tuned directory")
+    attention.add_argument("--model-dir", required=True, help="a pretrained or fine-tuned directory (with the run "
+                           "options it records, run_options.json; bi_data: the text reads forward)")
     attention.add_argument("--text", required=True)
     attention.add_argument("--output", required=True, metavar="FILE.png")
     attention.add_argument("--layers", type=int, nargs="+", help="layers to draw (default: all)")
@@ -680,12 +711,28 @@ def build_parser():
     hf.add_argument("--allow-unused", action="store_true",
                     help="convert even when SRC holds tensors, heads or config.json / tokenizer_config.json values "
                          "that xlnet-tf does not implement (by default they stop the conversion, all listed); they "
-                         "are left out and listed in the log")
+                         "are left out and listed in the log. The run options config.json sets that xlnet-tf "
+                         "implements (attn_type, bi_data, clamp_len, same_length, mem_len, reuse_len) are recorded "
+                         "in OUT/run_options.json, the defaults of whatever loads OUT (explicit arguments win)")
     official = sources.add_parser("official", help="a published TF1 checkpoint (model/transformer/...)")
     official.add_argument("src", metavar="CKPT_PREFIX")
     official.add_argument("out", metavar="OUT")
     official.add_argument("--config", required=True, help="the published xlnet_config.json")
     official.add_argument("--spm-model", help="spiece.model to copy into OUT")
+    runs = official.add_argument_group(
+        "run options", "the original's run flags (run_*.py / train.py), recorded in OUT/run_options.json: the "
+                       "defaults of whatever loads OUT (from_pretrained's keyword arguments win)")
+    runs.add_argument("--clamp_len", "--clamp-len", type=int, default=-1, metavar="N",
+                      help="clamp relative distances to N (as the original: only when N > 0; default -1, none)")
+    runs.add_argument("--same_length", "--same-length", action="store_true",
+                      help="with attn_type 'uni', every position attends to the same number of keys")
+    runs.add_argument("--bi_data", "--bi-data", action="store_true",
+                      help="the second half of every batch reads backward relative positions (a pretrained "
+                           "checkpoint only)")
+    runs.add_argument("--mem_len", "--mem-len", type=int, default=0, metavar="N",
+                      help="hidden states each layer caches for the next call (new_mems; default 0: none)")
+    runs.add_argument("--reuse_len", "--reuse-len", type=int, default=0, metavar="N",
+                      help="leading positions of a call that are cached (default 0: all)")
     for source in (hf, official):
         source.add_argument("--max-seq-len", type=int, default=512,
                             help="recorded for fine-tuned heads (the length export and predict use)")

@@ -18,6 +18,15 @@ from xlnet_tf.errors import UserError
 # transformers' XLNet calls "gelu". Converters keep their source's meaning.
 FF_ACTIVATIONS = ("relu", "gelu", "gelu_exact")
 ATTN_TYPES = ("bi", "uni")
+# The run options a model directory records (run_options.json, beside xlnet_config.json): what its source ran
+# with and what changes its outputs; loading the directory takes them as defaults. Dropout, recompute and
+# initializer_range belong to each run and are never recorded.
+RECORDED_RUN_OPTIONS = ("mem_len", "reuse_len", "bi_data", "clamp_len", "same_length", "attn_type")
+# Those of them that a fine-tuned (head) model computes with: each changes every row's outputs on its own. Not
+# these: bi_data (backward positions for the second half of a batch) makes a row's output depend on its place in
+# the batch, which length buckets, packing, replicas and serving do not keep, and the original fine-tunes without
+# it; mem_len / reuse_len decide the memory a next call reads, and heads return none.
+HEAD_RUN_OPTIONS = ("clamp_len", "same_length", "attn_type")
 RECOMPUTE_MODES = ("none", "blocks", "attention")  # see RunOptions.recompute
 
 
@@ -157,3 +166,9 @@ class RunOptions:
 
     def replace(self, **changes):
         return self.from_dict({**self.to_dict(), **changes})
+
+    def recorded(self):
+        """The RECORDED_RUN_OPTIONS that differ from the defaults: what a saved directory's run_options.json holds."""
+        defaults = RunOptions()
+        return {name: getattr(self, name) for name in RECORDED_RUN_OPTIONS
+                if getattr(self, name) != getattr(defaults, name)}

@@ -21,7 +21,7 @@ import typing
 import numpy as np
 
 from xlnet_tf import files
-from xlnet_tf.config import ConfigError, RunOptions, XLNetConfig
+from xlnet_tf.config import ATTN_TYPES, HEAD_RUN_OPTIONS, ConfigError, RunOptions, XLNetConfig
 from xlnet_tf.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -85,11 +85,17 @@ def assign_weights(model, weights, source, strict=False):
         variable.assign(value)
 
 
-def _save(config, weights, out_dir, source, extra_files=(), finetune_config=None, strict=False):
+def _save(config, weights, out_dir, source, extra_files=(), finetune_config=None, strict=False, run_options=None):
+    """Builds the model, assigns `weights` and saves it; `run_options` (RunOptions fields, in xlnet-tf's
+    conventions) are recorded in OUT's run_options.json, the defaults of whatever loads it."""
     from xlnet_tf.heads import build_head_model, head_arguments, save_finetuned
-    from xlnet_tf.model import XLNetModel, XLNetPretrainer
+    from xlnet_tf.model import RUN_OPTIONS_FILE, XLNetModel, XLNetPretrainer
 
-    run_options = RunOptions(dropout=0.0, dropatt=0.0)
+    recorded = RunOptions.from_dict(run_options or {}, source=f"{source}: run options").recorded()
+    if recorded:
+        log.info("%s: records run options %s in %s (the defaults of whatever loads it; explicit arguments win)",
+                 out_dir, recorded, RUN_OPTIONS_FILE)
+    run_options = RunOptions(dropout=0.0, dropatt=0.0, **recorded)
     extra_files = [f for f in extra_files if f]
     if finetune_config:
         model = build_head_model(finetune_config["task"], config, run_options, **head_arguments(finetune_config))
@@ -106,11 +112,14 @@ def _save(config, weights, out_dir, source, extra_files=(), finetune_config=None
 # -- transformers ---------------------------------------------------------------------------------------------
 #
 # Every tensor of the source is used or reported, and so is every config.json / tokenizer_config.json value
-# that changes what the model or tokenizer computes and that xlnet-tf does not implement. Values that only
-# matter for training or caching are not checked: dropout, summary_first_dropout, summary_last_dropout,
-# initializer_range, mem_len, reuse_len, use_mems_eval, use_mems_train (they change what is cached for a next
-# call, not a call's outputs), untie_r (transformers keeps per-layer biases whatever it says; the biases
-# themselves decide, see below), pad / bos / eos ids, task_specific_params and other generation settings.
+# that changes what the model or tokenizer computes and that xlnet-tf does not implement. The run options that
+# xlnet-tf implements (attn_type, bi_data, clamp_len, same_length, mem_len, reuse_len: RECORDED_RUN_OPTIONS) are
+# carried into OUT/run_options.json in xlnet-tf's conventions, so that what loads OUT computes as transformers
+# does. Values that only matter for training are not checked: dropout, summary_first_dropout,
+# summary_last_dropout, initializer_range, use_mems_train; nor use_mems_eval (new_mems are returned whenever
+# mem_len > 0; transformers' unbounded memory for mem_len null has no xlnet-tf counterpart), untie_r
+# (transformers keeps per-layer biases whatever it says; the biases themselves decide, see below), pad / bos /
+# eos ids, task_specific_params and other generation settings.
 
 # config.json `architectures` entries this converter reads -> the head their tensors hold (None: encoder only)
 _HF_ARCHITECTURES = {"XLNetModel": None, "XLNetLMHeadModel": "lm", "XLNetForSequenceClassification": "sequence",
@@ -150,13 +159,15 @@ class Unused:
 class TransformersCheckpoint(typing.NamedTuple):
     """What `read_transformers` reads: the architecture, canonical weights, the head's finetune config (None
     for an encoder or LM directory), the tokenizer settings (`XLNetTokenizer` keywords; those of
-    tokenizer_config.json over the published defaults) and what was left out (`Unused`, with allow_unused)."""
+    tokenizer_config.json over the published defaults), what was left out (`Unused`, with allow_unused) and the
+    run options config.json sets (RunOptions fields that differ from the defaults, in xlnet-tf's conventions)."""
 
     config: XLNetConfig
     weights: dict
     finetune_config: dict | None
     tokenizer: dict
     left_out: tuple
+    run_options: dict
 
 
 def _shape(value):
@@ -242,21 +253,42 @@ def _check_transformers_config(hf, unused):
     if not isinstance(eps, (int, float)) or float(eps) != _LAYER_NORM_EPS:
         report("layer_norm_eps", f"xlnet-tf's layer norms use {_LAYER_NORM_EPS:g}; left out, they keep "
                                  f"{_LAYER_NORM_EPS:g} (outputs differ slightly)")
-    attn_type = hf.get("attn_type", "bi")
-    if attn_type != "bi":
-        report("attn_type", "converted models run bidirectional attention ('bi'; 'uni' is a pretraining run "
-                            "option); left out, they attend both ways")
-    if attn_type == "uni" and hf.get("same_length"):  # transformers applies same_length to 'uni' masks only
-        report("same_length", "goes with attn_type 'uni'; left out")
-    if hf.get("bi_data"):
-        report("bi_data", "transformers then encodes the second half of every batch with backward relative "
-                          "positions; xlnet-tf does that only in pretraining; left out, every row reads forward")
-    clamp = hf.get("clamp_len", -1)
-    if isinstance(clamp, (int, float)) and clamp > 0:  # transformers clamps only when clamp_len > 0
-        report("clamp_len", "converted models do not clamp relative distances; left out, they are not clamped "
-                            "(outputs differ on sequences longer than it)")
     if hf.get("pruned_heads"):
         report("pruned_heads", "xlnet-tf has no pruned attention heads", fatal=True)
+
+
+def _transformers_run_options(hf, unused):
+    """config.json's run options -> RunOptions fields that differ from the defaults (RECORDED_RUN_OPTIONS), in
+    xlnet-tf's conventions; values that no xlnet-tf code path implements go to `unused` (left out)."""
+    def report(key, why):
+        unused.append(Unused(f"config.json {key} = {hf[key]!r}", why))
+
+    options = {}
+    attn_type = hf.get("attn_type", "bi")
+    if attn_type in ATTN_TYPES:
+        options["attn_type"] = attn_type
+    else:
+        report("attn_type", f"transformers and xlnet-tf implement {' and '.join(map(repr, ATTN_TYPES))}; left "
+                            "out, the converted model attends both ways ('bi')")
+    # As transformers, xlnet-tf's masks apply same_length with attn_type 'uni' only: recorded as it is.
+    options["same_length"] = bool(hf.get("same_length", False))
+    options["bi_data"] = bool(hf.get("bi_data", False))
+    clamp = hf.get("clamp_len", -1)
+    if clamp is not None and (isinstance(clamp, bool) or not isinstance(clamp, (int, float))):
+        report("clamp_len", "not a number; left out, relative distances are not clamped")
+    elif clamp is not None and clamp > 0:  # transformers clamps only when clamp_len > 0: 0 and -1 are our -1
+        if clamp != int(clamp):
+            report("clamp_len", "xlnet-tf clamps relative distances to a whole number; left out, they are not "
+                                "clamped")
+        else:
+            options["clamp_len"] = int(clamp)
+    for key in ("mem_len", "reuse_len"):  # null: no memory / the whole segment cached, which is our 0
+        value = hf.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            report(key, "must be a whole number >= 0 or null; left out, as null")
+        elif value:
+            options[key] = value
+    return RunOptions(**options).recorded()
 
 
 def _summary_weights(hf, tensors, take, d_model, unused):
@@ -466,6 +498,7 @@ def read_transformers(src_dir, max_seq_len=512, *, allow_unused=False):
         return tensors[name]
 
     _check_transformers_config(hf, unused)
+    run_options = _transformers_run_options(hf, unused)
     weights = {"word_embedding": take("word_embedding.weight"), "mask_emb": take("mask_emb").reshape(-1)}
     stacked = {bias: np.stack([take(f"layer.{i}.rel_attn.{bias}") for i in range(n_layer)]) for bias in _BIASES}
     untie_r = bool(hf.get("untie_r", True))
@@ -507,6 +540,8 @@ def read_transformers(src_dir, max_seq_len=512, *, allow_unused=False):
     head_weights, finetune_config = _transformers_head(hf, tensors, take, max_seq_len, architecture,
                                                        hf["d_model"], unused)
     weights.update(head_weights)
+    if finetune_config:
+        run_options = _head_run_options(run_options, config_path, unused)
     if finetune_config is None and _HF_HEAD_MARKS["lm"] in tensors:
         lm_weight = tensors.get("lm_loss.weight")
         if lm_weight is not None and not np.array_equal(lm_weight, weights["word_embedding"]):
@@ -543,16 +578,34 @@ def read_transformers(src_dir, max_seq_len=512, *, allow_unused=False):
     )
     if finetune_config:
         finetune_config.update(tokenizer)
-    return TransformersCheckpoint(config, weights, finetune_config, tokenizer, tuple(unused))
+    return TransformersCheckpoint(config, weights, finetune_config, tokenizer, tuple(unused), run_options)
+
+
+def _head_run_options(run_options, source, unused):
+    """The run options a converted head model records (HEAD_RUN_OPTIONS): bi_data goes to `unused` (a head
+    model's rows are read forward whatever their place in a batch), mem_len / reuse_len are logged (a head
+    returns no memory, so they change none of its outputs)."""
+    kept = {k: v for k, v in run_options.items() if k in HEAD_RUN_OPTIONS}
+    if run_options.get("bi_data"):
+        unused.append(Unused("config.json bi_data = True", "transformers then reads the second half of every batch "
+                             "with backward relative positions, so a row's outputs depend on its place in the batch; "
+                             "xlnet-tf's fine-tuned models read every row forward (evaluate, predict, export and "
+                             "serving batch rows by length); left out, every row reads forward"))
+    memory = {k: v for k, v in run_options.items() if k in ("mem_len", "reuse_len")}
+    if memory:
+        log.info("%s: %s not recorded: a fine-tuned model returns no memory, so they change none of its outputs",
+                 source, memory)
+    return kept
 
 
 def convert_transformers(src_dir, out_dir, max_seq_len=512, *, allow_unused=False):
     """`xlnet-tf convert huggingface SRC OUT [--allow-unused]`: no torch needed. Heads
     (XLNetForSequenceClassification, XLNetForQuestionAnswering, XLNetForQuestionAnsweringSimple,
-    XLNetForMultipleChoice, XLNetForTokenClassification) become fine-tuned directories. Copies `spiece.model` and writes the
-    tokenizer settings of tokenizer_config.json (do_lower_case, keep_accents, remove_space) as
-    `xlnet_tokenizer.json` (and into a head's finetune_config.json). What `read_transformers` reports stops
-    the conversion unless `allow_unused`. Returns the converted model."""
+    XLNetForMultipleChoice, XLNetForTokenClassification) become fine-tuned directories. Copies `spiece.model`
+    and writes the tokenizer settings of tokenizer_config.json (do_lower_case, keep_accents, remove_space) as
+    `xlnet_tokenizer.json` (and into a head's finetune_config.json), and config.json's run options as
+    `run_options.json` (the defaults of whatever loads OUT). What `read_transformers` reports stops the
+    conversion unless `allow_unused`. Returns the converted model."""
     import tempfile
 
     from xlnet_tf.model import SPM_FILE
@@ -566,7 +619,8 @@ def convert_transformers(src_dir, out_dir, max_seq_len=512, *, allow_unused=Fals
         settings = os.path.join(scratch, TOKENIZER_FILE)
         files.write_json(settings, source.tokenizer)
         extra = [spm if files.exists(spm) else None, settings]
-        return _save(source.config, source.weights, out_dir, src_dir, extra, source.finetune_config, strict=True)
+        return _save(source.config, source.weights, out_dir, src_dir, extra, source.finetune_config, strict=True,
+                     run_options=source.run_options)
 
 
 # -- published TF1 checkpoints --------------------------------------------------------------------------------
@@ -654,13 +708,41 @@ def read_official_head(checkpoint_prefix, max_seq_len=512):
                      "label_names": [str(i) for i in range(num_labels)], "max_seq_len": max_seq_len}
 
 
-def convert_official(checkpoint_prefix, out_dir, config_path, spm_model=None, max_seq_len=512):
-    """`xlnet-tf convert official CKPT_PREFIX OUT --config xlnet_config.json [--spm-model spiece.model]`;
-    a fine-tuned checkpoint's head (classification, regression, SQuAD, RACE) is converted too."""
+def official_run_options(clamp_len=-1, same_length=False, bi_data=False, mem_len=0, reuse_len=0):
+    """The original XLNet's run flags (run_*.py / train.py: --clamp_len, --same_length, --bi_data, --mem_len,
+    --reuse_len) -> RunOptions fields that differ from the defaults. As the original, clamp_len clamps only when
+    > 0 (0 and -1: no clamp, our -1); mem_len / reuse_len None mean 0."""
+    for name, value in (("clamp_len", clamp_len), ("mem_len", mem_len), ("reuse_len", reuse_len)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(f"{name} must be a whole number, got {value!r}")
+    if mem_len is not None and mem_len < 0 or reuse_len is not None and reuse_len < 0:
+        raise ConfigError(f"mem_len and reuse_len must be >= 0, got {mem_len!r} and {reuse_len!r}")
+    clamp = clamp_len if clamp_len is not None and clamp_len > 0 else -1
+    return RunOptions(clamp_len=clamp, same_length=bool(same_length), bi_data=bool(bi_data), mem_len=mem_len or 0,
+                      reuse_len=reuse_len or 0).recorded()
+
+
+def convert_official(checkpoint_prefix, out_dir, config_path, spm_model=None, max_seq_len=512, **run_flags):
+    """`xlnet-tf convert official CKPT_PREFIX OUT --config xlnet_config.json [--spm-model spiece.model]
+    [--clamp_len N] [--same_length] [--bi_data] [--mem_len N] [--reuse_len N]`; a fine-tuned checkpoint's head
+    (classification, regression, SQuAD, RACE) is converted too. `run_flags` are the original's run flags
+    (`official_run_options`), recorded in OUT/run_options.json (a fine-tuned checkpoint: clamp_len and
+    same_length; bi_data is refused there, mem_len / reuse_len change none of a head's outputs)."""
+    unknown = sorted(set(run_flags) - {"clamp_len", "same_length", "bi_data", "mem_len", "reuse_len"})
+    if unknown:
+        raise TypeError(f"convert_official() got unexpected keyword argument(s) {unknown}")
+    run_options = official_run_options(**run_flags)
     config = XLNetConfig.from_json(config_path)
     if spm_model and not files.exists(spm_model):
         raise ConfigError(f"{spm_model}: no such SentencePiece model (--spm-model)")
     weights = read_official(checkpoint_prefix, config)
     head_weights, finetune_config = read_official_head(checkpoint_prefix, max_seq_len)
     weights.update(head_weights)
-    return _save(config, weights, out_dir, checkpoint_prefix, [spm_model], finetune_config)
+    if finetune_config:
+        unused = []
+        run_options = _head_run_options(run_options, checkpoint_prefix, unused)
+        if unused:
+            raise ConversionError(f"{checkpoint_prefix}: a fine-tuned {finetune_config['task']} checkpoint, which "
+                                  "xlnet-tf reads every row forward as the original's fine-tuning does; bi_data is "
+                                  "for pretrained checkpoints")
+    return _save(config, weights, out_dir, checkpoint_prefix, [spm_model], finetune_config, run_options=run_options)

@@ -22,6 +22,7 @@ row and step, drawn statelessly from the row's seed: the same seed gives the sam
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import tensorflow as tf
 
@@ -62,12 +63,33 @@ class GenerationOptions:
                 raise ConfigError(f"GenerationOptions: {message}, got {dataclasses.asdict(self)}")
 
 
+# What generation needs of the encoder's run options: the order's masks are given explicitly, so it must attend
+# bidirectionally ('bi'; same_length then changes nothing), one direction for every row (no bi_data).
+GENERATION_RUN_OPTIONS = {"attn_type": "bi", "bi_data": False}
+
+
 def check_generation_model(run_options):
-    """The order's masks are given explicitly: the encoder must attend bidirectionally, one direction per batch."""
-    if run_options.attn_type != "bi" or run_options.bi_data or run_options.same_length:
-        raise ConfigError("generation needs RunOptions(attn_type='bi', bi_data=False, same_length=False), got "
-                          f"attn_type={run_options.attn_type!r}, bi_data={run_options.bi_data}, "
+    """Refuses run options that generation cannot run with (GENERATION_RUN_OPTIONS)."""
+    if run_options.attn_type != "bi" or run_options.bi_data:
+        raise ConfigError("generation needs RunOptions(attn_type='bi', bi_data=False) (same_length changes only "
+                          f"'uni' masks), got attn_type={run_options.attn_type!r}, bi_data={run_options.bi_data}, "
                           f"same_length={run_options.same_length}")
+
+
+class RecordedRunOptionsError(ConfigError):
+    """A model directory records run options (run_options.json) that generation cannot run with. `path` is the
+    file, `options` those run options; `explain(remedy)` words the message with another way to override."""
+
+    def __init__(self, path, options):
+        self.path, self.options = path, options
+        keywords = ", ".join(f"{k}={GENERATION_RUN_OPTIONS[k]!r}" for k in options)
+        super().__init__(self.explain(f"pass {keywords} to load_generator (or XLNetPretrainer.from_pretrained)"))
+
+    def explain(self, remedy):
+        recorded = ", ".join(f"{k} = {json.dumps(v)}" for k, v in self.options.items())
+        return (f"{self.path} records {recorded}, which generation cannot run with: it reads the prompt and the "
+                "continuation with bidirectional attention ('bi'), every row forward (no bi_data). To generate with "
+                f"these weights anyway, {remedy}.")
 
 
 def choose_tokens(logits, temperature, top_k, top_p, uniforms):
@@ -278,20 +300,27 @@ def generate_text(pretrainer, tokenizer, prompts, options=None, padding_text=Non
     return outputs
 
 
-def load_generator(model_dir, spm_model=None, dtype=None):
+def load_generator(model_dir, spm_model=None, dtype=None, **run_options):
     """A pretrained (`xlnet-tf pretrain`) or converted (`convert`, with an LM head) directory, on any
     filesystem -> (XLNetPretrainer, XLNetTokenizer); the tokenizer from `spm_model` or the directory's
-    spiece.model, with the preprocessing switches the directory records; `dtype` a Keras dtype policy."""
+    spiece.model, with the preprocessing switches the directory records; `dtype` a Keras dtype policy.
+    The model computes with the run options the directory records (run_options.json; clamp_len applies to
+    generation), keyword arguments (RunOptions fields) winning; recorded ones that generation cannot run with
+    (attn_type 'uni', bi_data) raise a RecordedRunOptionsError naming them."""
     from xlnet_tf import files
     from xlnet_tf.errors import UserError
-    from xlnet_tf.model import SPM_FILE, XLNetPretrainer
+    from xlnet_tf.model import RUN_OPTIONS_FILE, SPM_FILE, XLNetPretrainer, read_run_options
     from xlnet_tf.tokenization import XLNetTokenizer, read_tokenizer_settings, tokenizer_settings
 
     spm_model = spm_model or files.join(model_dir, SPM_FILE)
     if not files.exists(spm_model):
         raise UserError(f"{spm_model}: no SentencePiece model (give --spm-model)")
+    blocking = {k: v for k, v in read_run_options(model_dir).items()
+                if k in GENERATION_RUN_OPTIONS and k not in run_options and v != GENERATION_RUN_OPTIONS[k]}
+    if blocking:
+        raise RecordedRunOptionsError(files.join(model_dir, RUN_OPTIONS_FILE), blocking)
     try:
-        model = XLNetPretrainer.from_pretrained(model_dir, dtype=dtype)
+        model = XLNetPretrainer.from_pretrained(model_dir, dtype=dtype, **run_options)
     except ConfigError as error:
         raise UserError(str(error)) from None
     tokenizer = XLNetTokenizer(spm_model, **tokenizer_settings(read_tokenizer_settings(model_dir)))

@@ -17,13 +17,17 @@ import keras
 import tensorflow as tf
 
 import json
+import logging
 import os
 import tempfile
 
-from xlnet_tf.config import ConfigError, RunOptions, XLNetConfig
+from xlnet_tf.config import HEAD_RUN_OPTIONS, ConfigError, RunOptions, XLNetConfig
 from xlnet_tf.layers.dropout import Dropout
 from xlnet_tf import files
-from xlnet_tf.model import XLNetModel, _from_config, _read_config, _restore, _write_pretrained
+from xlnet_tf.model import (RUN_OPTIONS_FILE, XLNetModel, _from_config, _read_config, _restore, _write_pretrained,
+                            load_run_options, read_run_options)
+
+log = logging.getLogger(__name__)
 
 ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask", "example_ids")
 MASKED = -1e30  # the original's masking constant; logits are float32
@@ -138,7 +142,8 @@ class _HeadModel(keras.Model):
         return tf.train.Checkpoint(model=self)
 
     def load_encoder(self, path):
-        """Initialises the encoder from a pretrained directory (the head keeps its initialisation)."""
+        """Initialises the encoder from a pretrained directory (the head keeps its initialisation). The run
+        options it records are not read here: build the model with `finetune_run_options(path, ...)`."""
         from xlnet_tf.model import checkpoint_prefix
 
         status = tf.train.Checkpoint(model=tf.train.Checkpoint(transformer=self.transformer)).read(
@@ -443,13 +448,62 @@ def head_arguments(finetune_config):
     return head
 
 
+def head_run_options(recorded):
+    """Recorded run options (a dict) -> (those a head model computes with: config.HEAD_RUN_OPTIONS, the
+    others)."""
+    kept = {k: v for k, v in recorded.items() if k in HEAD_RUN_OPTIONS}
+    return kept, {k: v for k, v in recorded.items() if k not in HEAD_RUN_OPTIONS}
+
+
+def finetune_run_options(init_checkpoint, **run_options):
+    """RunOptions of a head model fine-tuned from the pretrained directory `init_checkpoint`: the HEAD_RUN_OPTIONS
+    it records (run_options.json), then `run_options` (RunOptions fields: dropout, ...), which win. The other
+    recorded ones are logged and not applied: fine-tuning carries no memory between batches (mem_len, reuse_len)
+    and reads every row forward (bi_data)."""
+    kept, left = head_run_options(read_run_options(init_checkpoint))
+    left = {k: v for k, v in left.items() if k not in run_options}
+    if left:
+        log.info("%s: %s records %s; fine-tuning does not apply them (it carries no memory between batches and "
+                 "reads every row forward, as the original's run_classifier / run_squad / run_race)",
+                 init_checkpoint, RUN_OPTIONS_FILE, left)
+    options = RunOptions.from_dict({**kept, **run_options}, source="run options")
+    applied = {k: getattr(options, k) for k in kept}
+    if applied:
+        log.info("%s: fine-tuning with the run options it records (%s): %s", init_checkpoint, RUN_OPTIONS_FILE,
+                 applied)
+    return options
+
+
+def recorded_head_run_options(run_options, path):
+    """What a fine-tuned directory `path` records of a head model's RunOptions: its HEAD_RUN_OPTIONS that differ
+    from the defaults (others are logged: a head model does not compute with them)."""
+    recorded, left = head_run_options(run_options.recorded())
+    if left:
+        log.info("%s: run options %s are not recorded (a fine-tuned model computes with %s only)", path, left,
+                 ", ".join(HEAD_RUN_OPTIONS))
+    return recorded
+
+
+def write_head_run_options(path, run_options):
+    """Records a head model's run options (`recorded_head_run_options`) as `path`/run_options.json, removing a
+    stale one when there are none: for a fine-tuned directory written file by file (`xlnet-tf finetune`)."""
+    target = files.join(os.fspath(path), RUN_OPTIONS_FILE)
+    recorded = recorded_head_run_options(run_options, path)
+    if recorded:
+        files.write_json(target, recorded)
+    elif files.exists(target):
+        files.remove(target)
+
+
 def save_finetuned(model, path, finetune_config, extra_files=()):
-    """Writes the model and `finetune_config.json` (task, label_names, max_seq_len, ...) atomically."""
+    """Writes the model, `finetune_config.json` (task, label_names, max_seq_len, ...) and, when any differ from
+    the defaults, the HEAD_RUN_OPTIONS it computes with (run_options.json), atomically."""
+    recorded = recorded_head_run_options(model.run_options, path)
     with tempfile.TemporaryDirectory() as scratch:
         meta = os.path.join(scratch, FINETUNE_FILE)
         with open(meta, "w", encoding="utf-8") as f:
             json.dump(finetune_config, f, indent=2, sort_keys=True)
-        _write_pretrained(path, model.config, model._checkpoint(), [meta, *extra_files])
+        _write_pretrained(path, model.config, model._checkpoint(), [meta, *extra_files], recorded)
 
 
 def read_finetune_config(path):
@@ -467,10 +521,10 @@ def read_finetune_config(path):
 
 
 def load_finetuned(path, dtype=None, **run_options):
-    """(model, finetune_config) from a fine-tuned directory; keyword arguments are RunOptions fields."""
+    """(model, finetune_config) from a fine-tuned directory; keyword arguments are RunOptions fields and win over
+    the run options the directory records (run_options.json)."""
     finetune_config = read_finetune_config(path)
-    model = build_head_model(finetune_config["task"], _read_config(path),
-                             RunOptions.from_dict(run_options, source="run options"), dtype=dtype,
-                             **head_arguments(finetune_config))
+    model = build_head_model(finetune_config["task"], _read_config(path), load_run_options(path, **run_options),
+                             dtype=dtype, **head_arguments(finetune_config))
     _restore(path, model._checkpoint(), require_lm_head=False)
     return model, finetune_config

@@ -11,7 +11,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf import files
-from xlnet_tf.config import ConfigError, RunOptions, XLNetConfig
+from xlnet_tf.config import RECORDED_RUN_OPTIONS, ConfigError, RunOptions, XLNetConfig
 from xlnet_tf.layers import masks
 from xlnet_tf.layers.block import XLNetBlock
 from xlnet_tf.layers.dropout import Dropout
@@ -20,6 +20,7 @@ from xlnet_tf.layers.positions import relative_positional_encoding
 log = logging.getLogger(__name__)
 
 CONFIG_FILE = "xlnet_config.json"
+RUN_OPTIONS_FILE = "run_options.json"  # the recorded run options (RECORDED_RUN_OPTIONS), when any differ from defaults
 CHECKPOINT_PREFIX = "model.ckpt"
 SPM_FILE = "spiece.model"
 MODEL_INPUTS = ("input_ids", "segment_ids", "padding_mask", "perm_mask", "target_mapping", "example_ids")
@@ -288,17 +289,19 @@ class XLNetModel(keras.Model):
         return tf.train.Checkpoint(model=tf.train.Checkpoint(transformer=self))
 
     def save_pretrained(self, path, extra_files=()):
-        """Writes `xlnet_config.json` and the checkpoint into `path` (any filesystem; locally a temporary
-        directory renamed into place, remotely xlnet_config.json last); `extra_files` (such as a
+        """Writes `xlnet_config.json`, the checkpoint and, when any differ from the defaults, the run options
+        it computes with (`run_options.json`: RECORDED_RUN_OPTIONS) into `path` (any filesystem; locally a
+        temporary directory renamed into place, remotely xlnet_config.json last); `extra_files` (such as a
         `spiece.model`) are copied alongside."""
-        _write_pretrained(path, self.config, self._checkpoint(), extra_files)
+        _write_pretrained(path, self.config, self._checkpoint(), extra_files, self.run_options.recorded())
 
     @classmethod
     def from_pretrained(cls, path, dtype=None, **run_options):
         """Loads a directory written by `save_pretrained` or `xlnet-tf convert`; keyword arguments are
-        `RunOptions` fields (dropout, mem_len, ...); `dtype` is a Keras dtype policy such as "mixed_bfloat16"."""
+        `RunOptions` fields (dropout, mem_len, ...) and win over those the directory records (run_options.json,
+        see `load_run_options`); `dtype` is a Keras dtype policy such as "mixed_bfloat16"."""
         config = _read_config(path)
-        model = cls(config, RunOptions.from_dict(run_options, source="run options"), dtype=dtype)
+        model = cls(config, load_run_options(path, **run_options), dtype=dtype)
         _restore(path, model._checkpoint(), require_lm_head=False)
         return model
 
@@ -370,14 +373,16 @@ class XLNetPretrainer(keras.Model):
         return tf.train.Checkpoint(model=self)
 
     def save_pretrained(self, path, extra_files=()):
-        """Writes `xlnet_config.json` and the checkpoint (encoder and LM head) into `path`, atomically."""
-        _write_pretrained(path, self.config, self._checkpoint(), extra_files)
+        """Writes `xlnet_config.json`, the checkpoint (encoder and LM head) and the recorded run options into
+        `path`, atomically (as `XLNetModel.save_pretrained`)."""
+        _write_pretrained(path, self.config, self._checkpoint(), extra_files, self.run_options.recorded())
 
     @classmethod
     def from_pretrained(cls, path, dtype=None, **run_options):
-        """As `XLNetModel.from_pretrained`; a directory without an LM head bias is an error."""
+        """As `XLNetModel.from_pretrained` (keyword arguments win over the directory's run_options.json); a
+        directory without an LM head bias is an error."""
         config = _read_config(path)
-        model = cls(config, RunOptions.from_dict(run_options, source="run options"), dtype=dtype)
+        model = cls(config, load_run_options(path, **run_options), dtype=dtype)
         _restore(path, model._checkpoint(), require_lm_head=True)
         return model
 
@@ -400,6 +405,36 @@ def _read_config(path):
     if not files.isdir(path):
         raise ConfigError(f"{path}: not a directory holding {CONFIG_FILE} and a checkpoint")
     return XLNetConfig.from_json(files.join(path, CONFIG_FILE))
+
+
+def read_run_options(path):
+    """The run options directory `path` records (`run_options.json`: some of RECORDED_RUN_OPTIONS, as a dict);
+    {} when it has none (a directory written before they were recorded, or whose options are the defaults)."""
+    target = files.join(os.fspath(path), RUN_OPTIONS_FILE)
+    if not files.exists(target):
+        return {}
+    recorded = files.read_json(target)
+    if not isinstance(recorded, dict):
+        raise ConfigError(f"{target}: expected a JSON object")
+    unknown = sorted(set(recorded) - set(RECORDED_RUN_OPTIONS))
+    if unknown:
+        raise ConfigError(f"{target}: unknown key(s) {unknown}; allowed: {list(RECORDED_RUN_OPTIONS)}")
+    for name in ("bi_data", "same_length"):
+        if name in recorded and not isinstance(recorded[name], bool):
+            raise ConfigError(f"{target}: {name} must be true or false, got {recorded[name]!r}")
+    RunOptions.from_dict(recorded, source=target)  # the values are checked where they are read
+    return recorded
+
+
+def load_run_options(path, **run_options):
+    """RunOptions for a model loaded from directory `path`: the run options it records (`read_run_options`),
+    then the keyword arguments (RunOptions fields), which win."""
+    recorded = read_run_options(path)
+    overridden = sorted(k for k in recorded if k in run_options and run_options[k] != recorded[k])
+    if recorded:
+        log.info("%s: run options recorded in %s: %s%s", path, RUN_OPTIONS_FILE, recorded,
+                 f" ({', '.join(overridden)} overridden by the caller)" if overridden else "")
+    return RunOptions.from_dict({**recorded, **run_options}, source="run options")
 
 
 def checkpoint_prefix(path):
@@ -426,19 +461,25 @@ def _restore(path, checkpoint, require_lm_head):
     status.expect_partial()
 
 
-def _write_pretrained(path, config, checkpoint, extra_files=()):
+def _write_pretrained(path, config, checkpoint, extra_files=(), run_options=None):
     """Writes config + checkpoint (+ extra files, from any filesystem) as directory `path`, keeping files of
-    an existing `path` that it does not write (spiece.model, notes).
+    an existing `path` that it does not write (spiece.model, notes). `run_options` (a dict: RunOptions fields)
+    is written as run_options.json when not empty; an existing directory's run_options.json never outlives it.
 
     Local: everything goes to a temporary sibling directory, which is then swapped in (a reader sees the old
     directory or the new one). Remote stores have no directory rename: the files are written in place, the
-    checkpoint and extra files first and xlnet_config.json last."""
+    checkpoint, extra files and run options first and xlnet_config.json last."""
     path = files.absolute(path)
     if files.is_remote(path):
         files.makedirs(path)
+        stale = files.join(path, RUN_OPTIONS_FILE)
+        if not run_options and files.exists(stale):
+            files.remove(stale)
         for source in extra_files:
             files.copy(source, files.join(path, files.basename(source)))
         checkpoint.write(files.join(path, CHECKPOINT_PREFIX))
+        if run_options:
+            files.write_json(files.join(path, RUN_OPTIONS_FILE), run_options)
         config.to_json(files.join(path, CONFIG_FILE))
         return
     parent = os.path.dirname(path)
@@ -447,10 +488,12 @@ def _write_pretrained(path, config, checkpoint, extra_files=()):
     try:
         config.to_json(os.path.join(staging, CONFIG_FILE))
         checkpoint.write(os.path.join(staging, CHECKPOINT_PREFIX))
+        if run_options:
+            files.write_json(os.path.join(staging, RUN_OPTIONS_FILE), run_options)
         if os.path.isdir(path):
             for name in os.listdir(path):  # keep files we do not write (spiece.model, notes)
                 target = os.path.join(staging, name)
-                if not os.path.exists(target):
+                if name != RUN_OPTIONS_FILE and not os.path.exists(target):
                     shutil.copy2(os.path.join(path, name), target)
         for source in extra_files:
             files.copy(source, os.path.join(staging, files.basename(source)))

@@ -3,9 +3,13 @@ XLNet paper's appendix), and the shared helpers that training curves use."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from xlnet_tf import files
+
+log = logging.getLogger(__name__)
 
 
 def pyplot():
@@ -32,15 +36,21 @@ def save_figure(fig, path, dpi=100):
 
 def attention_maps(model_dir, text, lower_case=None):
     """(tokens, probabilities [n_layer, n_head, T, T]) of the content stream for `text` followed by
-    `<sep> <cls>`, as a single-segment classification input."""
-    from xlnet_tf.model import SPM_FILE, XLNetModel
+    `<sep> <cls>`, as a single-segment classification input, with the run options the directory records
+    (run_options.json: clamp_len, attn_type, ...); with bi_data, as the forward half of a batch reads it."""
+    from xlnet_tf.model import RUN_OPTIONS_FILE, SPM_FILE, XLNetModel, read_run_options
     from xlnet_tf.tokenization import XLNetTokenizer, read_tokenizer_settings, tokenizer_settings
 
     # lower_case None: the directory's (xlnet_tokenizer.json or finetune_config.json), as its other settings
     settings = tokenizer_settings(read_tokenizer_settings(model_dir), lower_case=lower_case)
     tokenizer = XLNetTokenizer(files.join(model_dir, SPM_FILE), **settings)
     ids = tokenizer.encode([text])[0] + [tokenizer.sep_id, tokenizer.cls_id]
-    model = XLNetModel.from_pretrained(model_dir, dropout=0.0, dropatt=0.0)
+    one_row = {}
+    if read_run_options(model_dir).get("bi_data"):  # one text is one row: it reads forward, as a batch's first half
+        log.warning("%s records bi_data = true: the text is drawn as the forward (first) half of a bi_data batch "
+                    "reads it", files.join(model_dir, RUN_OPTIONS_FILE))
+        one_row["bi_data"] = False
+    model = XLNetModel.from_pretrained(model_dir, dropout=0.0, dropatt=0.0, **one_row)
     segments = [0] * (len(ids) - 1) + [2]
     outputs = model({"input_ids": np.array([ids], np.int32), "segment_ids": np.array([segments], np.int32)},
                     return_attention=True)

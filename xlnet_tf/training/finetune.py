@@ -328,7 +328,7 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
     """Fine-tunes, then evaluates on `eval_file` when given; returns (trainer, records, eval metrics)."""
     from xlnet_tf.data import buckets
     from xlnet_tf.data.graph_features import document_width
-    from xlnet_tf.heads import FINETUNE_FILE, build_head_model, head_arguments
+    from xlnet_tf.heads import FINETUNE_FILE, build_head_model, head_arguments, write_head_run_options
     from xlnet_tf.model import CONFIG_FILE, SPM_FILE
     from xlnet_tf.tokenization import XLNetTokenizer, read_tokenizer_settings, tokenizer_settings
     from xlnet_tf.training.loop import Trainer, TrainingOptions
@@ -390,6 +390,7 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
 
     files.makedirs(setup.model_dir)
     setup.config.to_json(files.join(setup.model_dir, CONFIG_FILE))
+    write_head_run_options(setup.model_dir, setup.run_options)  # clamp_len, ...: evaluate / predict / export use them
     files.write_json(files.join(setup.model_dir, FINETUNE_FILE), finetune_config)
     spm_copy = files.join(setup.model_dir, SPM_FILE)
     if files.absolute(setup.spm_model) != files.absolute(spm_copy):
