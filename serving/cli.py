@@ -154,7 +154,9 @@ TF_SERVING_FLAGS = (
     TFServingFlag("grpc_channel_arguments", "string", "", "name=value,... passed to the gRPC server",
                   _set("grpc_channel_arguments")),
     TFServingFlag("grpc_max_threads", "int32", "4 x CPUs", "RPCs handled at once; more are refused at once "
-                  "with RESOURCE_EXHAUSTED", _set("grpc_max_threads")),
+                  "with RESOURCE_EXHAUSTED. Default here: 4 x CPUs with TensorFlow Serving's spellings, as there; "
+                  "with ours (--grpc-max-workers), the most of 64, 4 x CPUs and, with batching, 2 x max_batch_size "
+                  "x models", _set("grpc_max_threads")),
     TFServingFlag("enable_model_warmup", "bool", "true", "replay assets.extra/tf_serving_warmup_requests",
                   _set("enable_warmup")),
     TFServingFlag("num_request_iterations_for_warmup", "int32", "0", "times each warmup request is replayed "
@@ -230,7 +232,10 @@ def add_serve_arguments(parser):
     parser.add_argument("--allow-non-utf8", action="store_true",
                         help="pass string inputs that are not UTF-8 to the model instead of refusing them")
     parser.add_argument("--grpc-max-workers", type=_positive_int, default=None,
-                        help="gRPC requests handled at once (the same as --grpc_max_threads)")
+                        help="gRPC requests handled at once; more are refused at once with RESOURCE_EXHAUSTED "
+                             "(the same as --grpc_max_threads). Default: the most of 64, 4 x CPUs and, with "
+                             "batching, 2 x max_batch_size x models (a request waiting for its batch holds one); "
+                             "4 x CPUs, tensorflow_model_server's, when the command line uses its spellings")
     parser.add_argument("--rest-body-timeout", type=float, default=None,
                         help="seconds a REST client gets to send its request line, headers and body (default 30)")
     parser.add_argument("--enable-reload-config", "--enable_reload_config", dest="enable_reload_config",
@@ -273,11 +278,13 @@ def serve_settings(args, environ=None):
     """The serve() keyword arguments of a parsed `serve` command line (ours and/or tensorflow_model_server's).
 
     With any flag in TensorFlow Serving's spelling, its defaults apply where they differ from ours: every
-    interface (0.0.0.0) and no REST unless --rest_api_port. With no model flag, $MODEL_NAME (default "model")
-    under $MODEL_BASE_PATH (default /models) is served when either is set, as TensorFlow Serving's Docker
-    image does (it passes --port=8500 --rest_api_port=8501 too).
+    interface (0.0.0.0), no REST unless --rest_api_port, --grpc_max_threads 4 x CPUs. With no model flag,
+    $MODEL_NAME (default "model") under $MODEL_BASE_PATH (default /models) is served when either is set, as
+    TensorFlow Serving's Docker image does (it passes --port=8500 --rest_api_port=8501 too).
     """
     from xlnet_tf.errors import UserError
+
+    from .options import tf_serving_grpc_max_threads
 
     environ = os.environ if environ is None else environ
     given = {name: getattr(args, f"tfs_{name}") for name in _TF_FLAGS if getattr(args, f"tfs_{name}", None) is not None}
@@ -301,6 +308,7 @@ def serve_settings(args, environ=None):
         settings.setdefault("rest_api_port", None)
     if tf_style:
         settings.setdefault("host", "0.0.0.0")
+        settings.setdefault("grpc_max_threads", tf_serving_grpc_max_threads())
     if args.no_warmup:
         settings["enable_warmup"] = False
     if args.allow_non_utf8:
@@ -347,16 +355,37 @@ def print_version(out=None):
           f"TensorFlow Library: {tf.__version__}", file=out or sys.stdout)
 
 
-def serve_main(args):
-    """Runs the server until SIGTERM / SIGINT, then stops gracefully; returns 0."""
+def build_server(args, environ=None):
+    """The ModelServer of a parsed `serve` command line, not started. Logs one warning when batching is on and
+    the gRPC cap is below what its batches need (ModelServer.grpc_threads_short), naming the flag to set."""
     import logging
 
     from .server import serve
 
+    server = serve(**serve_settings(args, environ))
+    wanted = server.grpc_threads_short()
+    if wanted:
+        flag = "--grpc-max-workers" if args.grpc_max_workers is not None else "--grpc_max_threads"
+        given = args.grpc_max_workers is not None or getattr(args, "tfs_grpc_max_threads", None) is not None
+        cap, batching = server.options.grpc_max_threads, server.options.batching
+        models = len(server.entries)
+        logging.getLogger("xlnet_tf.serving").warning(
+            "%s is %d%s while batching makes batches of up to %d (max_batch_size) for %d model%s: each request "
+            "waiting for its batch holds one of those %d, so batches stay small and the excess is refused with "
+            "RESOURCE_EXHAUSTED; set %s=%d (2 x max_batch_size x models) or more", flag, cap,
+            "" if given else " (4 x CPUs, TensorFlow Serving's default)", batching.max_batch_size, models,
+            "" if models == 1 else "s", cap, flag, wanted)
+    return server
+
+
+def serve_main(args):
+    """Runs the server until SIGTERM / SIGINT, then stops gracefully; returns 0."""
+    import logging
+
     if getattr(args, "tfs_version", None):
         print_version()
         return 0
-    server = serve(**serve_settings(args))
+    server = build_server(args)
     stop = threading.Event()
     received = []
 

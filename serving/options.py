@@ -12,6 +12,7 @@ import os
 
 DEFAULT_MAX_REQUEST_BYTES = 64 << 20  # gRPC's own default is 4 MiB
 DEFAULT_MAX_RESPONSE_BYTES = (1 << 31) - 1  # like tensorflow_model_server (INT_MAX)
+LEAST_GRPC_MAX_THREADS = 64  # xlnet-tf serve's default cap never goes below its default of earlier releases
 
 
 def cpu_count():
@@ -20,6 +21,26 @@ def cpu_count():
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def tf_serving_grpc_max_threads():
+    """tensorflow_model_server's default --grpc_max_threads: 4 x schedulable CPUs."""
+    return 4 * cpu_count()
+
+
+def batching_grpc_threads(batching, models=1):
+    """RPCs that batching needs handled at once for its batches to fill: a request holds its RPC's thread while
+    it waits for its batch, so 2 x max_batch_size per model that batches (one batch filling while one runs, as
+    TensorFlow Serving's batching guide advises)."""
+    return 2 * batching.max_batch_size * max(1, models)
+
+
+def default_grpc_max_threads(batching=None, models=1):
+    """xlnet-tf serve's default cap on RPCs handled at once (`ServerOptions.grpc_max_threads` None): the most of
+    64, tensorflow_model_server's 4 x CPUs and, with `batching` (a BatchingConfig applied to each of `models`),
+    `batching_grpc_threads`. gRPC's threads start as requests come, so an unused cap costs nothing."""
+    cap = max(LEAST_GRPC_MAX_THREADS, tf_serving_grpc_max_threads())
+    return cap if batching is None else max(cap, batching_grpc_threads(batching, models))
 
 
 @dataclasses.dataclass
@@ -32,7 +53,8 @@ class ServerOptions:
     (TensorFlow Serving's "name=value,..." list), `enable_reload_config` (ModelService.HandleReloadConfigRequest
     answered; False refuses it with PERMISSION_DENIED), `enable_grpc_healthcheck_service` (grpc.health.v1).
 
-    Load and time limits: `grpc_max_threads` (RPCs handled at once; more are refused with RESOURCE_EXHAUSTED),
+    Load and time limits: `grpc_max_threads` (RPCs handled at once; more are refused with RESOURCE_EXHAUSTED;
+    None: `default_grpc_max_threads` of the batching and the models, set when the ModelServer is made),
     `rest_api_num_threads` (REST requests handled at once; more answered 503 at once),
     `rest_api_timeout_in_ms` (a REST request's deadline, 504 past it), `rest_body_timeout` (seconds to receive a
     REST request's line, headers and body in all: 408 past it), `max_request_bytes` / `max_response_bytes`, `drain_timeout`.
@@ -57,7 +79,7 @@ class ServerOptions:
     grpc_channel_arguments: str = ""
     enable_reload_config: bool = True
     enable_grpc_healthcheck_service: bool = False
-    grpc_max_threads: int = dataclasses.field(default_factory=lambda: 4 * cpu_count())
+    grpc_max_threads: int | None = None
     rest_api_num_threads: int = dataclasses.field(default_factory=lambda: 4 * cpu_count())
     rest_api_timeout_in_ms: int = 30000
     rest_body_timeout: float = 30.0

@@ -19,7 +19,7 @@ from .grpc_api import add_services, grpc_server_arguments
 from .health import add_health_service
 from .manager import ModelManager, list_versions
 from .monitoring import Metrics, load_monitoring_config
-from .options import ServerOptions
+from .options import ServerOptions, batching_grpc_threads, default_grpc_max_threads
 from .rest_api import RestServer
 from .security import server_credentials
 
@@ -32,7 +32,8 @@ def _address(host, port):
 
 class ModelServer:
     """A running (after `start()`) TensorFlow-Serving-compatible server for `entries` (ModelEntry list),
-    configured by `options` (a ServerOptions; keyword arguments override its fields).
+    configured by `options` (a ServerOptions; keyword arguments override its fields). `grpc_max_threads` None:
+    the default for its batching and models (options.default_grpc_max_threads), in `self.options` from here on.
 
     Attributes once started: `port` and `rest_api_port` (the bound ports; None when REST is off),
     `grpc_target` ("host:port"), `rest_url` ("http://host:port"), `manager` (models and versions, with an
@@ -41,8 +42,10 @@ class ModelServer:
 
     def __init__(self, entries, options=None, *, model_config_file=None, **changes):
         options = (options or ServerOptions()).replace(**changes)
-        self.options = options
         self.entries = list(entries)
+        if options.grpc_max_threads is None:
+            options = options.replace(grpc_max_threads=default_grpc_max_threads(options.batching, len(self.entries)))
+        self.options = options
         self.model_config_file = model_config_file  # re-read every model_config_file_poll_wait_seconds
         self.host = options.host
         self.metrics = Metrics() if options.monitoring_path else None
@@ -189,6 +192,14 @@ class ModelServer:
         """Counters of server-side batching (None when batching is off): batches, merged_batches, ..."""
         return self.scheduler.stats.as_dict() if self.scheduler else None
 
+    def grpc_threads_short(self):
+        """The cap batching needs (options.batching_grpc_threads) when `grpc_max_threads` is below it, else None:
+        requests past the cap are refused with RESOURCE_EXHAUSTED while batches could still take them."""
+        if self.options.batching is None:
+            return None
+        wanted = batching_grpc_threads(self.options.batching, len(self.entries))
+        return wanted if self.options.grpc_max_threads < wanted else None
+
     def describe_models(self):
         parts = []
         for name, model in self.manager.models.items():
@@ -215,6 +226,8 @@ def serve(model_base_path=None, model_name=None, model_config_file=None, port=..
     Predict's numeric outputs in `tensor_content`, as TensorFlow Serving's flag of that name; by default they
     are in the typed fields (`float_val`, ...), as there. Everything else is a ServerOptions field, given in
     `options` and/or as a keyword (`poll_interval`, `max_request_bytes`, `grpc_max_threads`, ...).
+    `grpc_max_threads` unset: the most of 64, 4 x CPUs and, with batching, 2 x max_batch_size x models (a
+    request holds its RPC's thread while it waits for its batch).
     """
     if model_config_file:
         if model_base_path or model_name:
@@ -279,7 +292,7 @@ def check_options(options):
     """UserError for options no server can run with (naming the option)."""
     if options.max_request_bytes <= 0:
         raise UserError("max_request_bytes must be positive")
-    if options.grpc_max_threads < 1:
+    if options.grpc_max_threads is not None and options.grpc_max_threads < 1:
         raise UserError(f"grpc_max_threads must be >= 1, got {options.grpc_max_threads}")
     if options.rest_api_num_threads < 1:
         raise UserError(f"rest_api_num_threads must be >= 1, got {options.rest_api_num_threads}")

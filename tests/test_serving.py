@@ -36,7 +36,7 @@ MAX_REQUEST_BYTES = 8 << 20  # both servers refuse larger requests (gRPC's defau
 POLL_SECONDS = {"xlnet-tf": 0.25, "tensorflow_model_server": 1}
 NEW_VERSION_BOUND_S = 15.0  # a new version answers within this many seconds of appearing on disk
 CLIENTS, REQUESTS_PER_CLIENT = 32, 50
-GRPC_THREADS = 64  # above CLIENTS: every concurrent request is taken (the default, 4 x CPUs, refuses the excess)
+GRPC_THREADS = 64  # above CLIENTS: every request is taken (given: tensorflow_model_server's 4 x CPUs refuses some)
 TEXTS = ["a fine film", "dull", "Ünïcödé text — with punctuation!", "x" * 300, "two words", "?"]
 
 BATCHING_CONFIG = """

@@ -1,5 +1,5 @@
-"""`xlnet-tf serve` in production: deadlines, bounded gRPC load, TensorFlow Serving's command line, config-file
-polling, health checks, version-label checks and Predict without shape checks.
+"""`xlnet-tf serve` in production: deadlines, bounded gRPC load and its default cap, TensorFlow Serving's command
+line, config-file polling, health checks, version-label checks and Predict without shape checks.
 
 Models are the stand-in SavedModels of xlnet_tf.serving.testing (`busy` burns CPU in proportion to its batch,
 `slow` sleeps without CPU). Every checked figure is printed with its bound (run with -s to see them).
@@ -165,6 +165,8 @@ def test_a_retired_version_closes_at_its_abandoned_requests_deadline(server, bas
 def test_grpc_overload_is_refused_at_once_and_serving_goes_on(server):
     total = 4 * GRPC_THREADS
     print(f"\n{total} concurrent 1-second requests on --grpc_max_threads {GRPC_THREADS}")
+    check("the cap given wins over the default (at least 64)", server.options.grpc_max_threads, f"== {GRPC_THREADS}",
+          server.options.grpc_max_threads == GRPC_THREADS)
     clients = [Client(server.grpc_target, "clf", timeout=20, retries=0) for _ in range(total)]
     results = _concurrently([lambda c=c: c.predict({"seconds": np.array([1.0], np.float32)}, "slow")
                              for c in clients])
@@ -183,6 +185,144 @@ def test_grpc_overload_is_refused_at_once_and_serving_goes_on(server):
     for client in clients:
         client.close()
     _ok_after(Client(server.grpc_target, "clf"))
+
+
+def _serve_command_line(*argv):
+    """A parsed `xlnet-tf serve` command line."""
+    from xlnet_tf.serving.cli import build_parser
+
+    return build_parser().parse_args(["serve", *argv])
+
+
+def _one_sentence_clients(target, clients, requests):
+    """`clients` threads, released together, each sending `requests` one-sentence Predicts one after another ->
+    {status name: requests}."""
+    statuses, lock = {}, threading.Lock()
+    barrier = threading.Barrier(clients)
+
+    def run():
+        client = Client(target, "clf", timeout=30, retries=0)
+        barrier.wait(60)
+        for _ in range(requests):
+            code = _code(lambda: client.predict({"text": ["a fine film"]}))
+            with lock:
+                statuses[code] = statuses.get(code, 0) + 1
+        client.close()
+
+    threads = [threading.Thread(target=run) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return statuses
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["unbatched", "batched"])
+def test_the_native_command_line_answers_16_and_32_concurrent_clients(base, tmp_path, batching):
+    """`xlnet-tf serve --model-base-path ... --port 0` with no cap given: its default takes 16 and 32 concurrent
+    one-sentence clients (the default of 4 x CPUs refused most of them on 2 cores, and every request held its
+    slot while it waited for its batch)."""
+    from xlnet_tf.serving.cli import build_server
+
+    argv = ["--model-base-path", str(base / "clf"), "--model-name", "clf", "--port", "0", "--rest-api-port", "-1",
+            "--poll-interval", "0"]
+    max_batch_size = 16
+    if batching:
+        config = tmp_path / "batching.config"
+        config.write_text(f"max_batch_size {{ value: {max_batch_size} }} batch_timeout_micros {{ value: 2000 }} "
+                          "num_batch_threads { value: 1 }\n")
+        argv += ["--enable-batching", "--batching-parameters-file", str(config)]
+    instance = build_server(_serve_command_line(*argv), environ={}).start()
+    try:
+        print(f"\n{' '.join(argv[4:])}: --grpc-max-workers {instance.options.grpc_max_threads} (its default)")
+        for clients in (16, 32):
+            requests = 8
+            statuses = _one_sentence_clients(instance.grpc_target, clients, requests)
+            answered = statuses.get("OK", 0)
+            check(f"{clients} clients x {requests} one-sentence Predicts: answered", answered,
+                  f"== {clients * requests}", answered == clients * requests)
+            errors = {code: n for code, n in statuses.items() if code != "OK"}
+            check(f"{clients} clients: errors", errors, "{} (no RESOURCE_EXHAUSTED)", not errors)
+        if batching:
+            stats = instance.batch_stats()
+            fullest = stats["max_requests_per_batch"]
+            check(f"requests in the fullest batch ({stats['batches']} batches)", fullest,
+                  f">= 1 and <= {max_batch_size} (max_batch_size)", 1 <= fullest <= max_batch_size)
+    finally:
+        instance.stop(2)
+
+
+def test_the_default_grpc_cap_of_each_command_line_and_an_explicit_cap_wins(base, tmp_path, caplog):
+    """Ours (and serve() / ServerOptions()): the most of 64, 4 x CPUs and 2 x max_batch_size x models; TensorFlow
+    Serving's spellings: its 4 x CPUs, with one warning line when batching needs more; a cap given always wins."""
+    import logging
+
+    from xlnet_tf.serving import ModelServer, ServerOptions
+    from xlnet_tf.serving.cli import build_server
+    from xlnet_tf.serving.config import BatchingConfig, ModelEntry
+    from xlnet_tf.serving.options import cpu_count
+
+    cpus = cpu_count()
+    clf = str(base / "clf")
+    batching_file = tmp_path / "batching.config"
+    batching_file.write_text("max_batch_size { value: 100 }\n")
+    models = tmp_path / "models.config"
+    models.write_text(_config_text([("a", base / "clf"), ("b", base / "clf")]))
+    theirs_batch = 4 * cpus  # batches that need 2 x 4 x CPUs: more than their default on any machine
+    theirs_file = tmp_path / "theirs.config"
+    theirs_file.write_text(f"max_batch_size {{ value: {theirs_batch} }}\n")
+
+    def cap(*argv):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="xlnet_tf.serving"):
+            server = build_server(_serve_command_line(*argv), environ={})
+        lines = [r.getMessage() for r in caplog.records if "grpc" in r.getMessage()]
+        return server.options.grpc_max_threads, lines
+
+    print(f"\n{cpus} CPUs")
+    rows = [
+        ("ours, no batching", cap("--model-base-path", clf), max(64, 4 * cpus), 0),
+        ("ours, batching max_batch_size 100, 2 models",
+         cap("--model-config-file", str(models), "--enable-batching", "--batching-parameters-file", str(batching_file)),
+         max(64, 4 * cpus, 2 * 100 * 2), 0),
+        ("ours, batching max_batch_size 100, --grpc-max-workers 3",
+         cap("--model-base-path", clf, "--enable-batching", "--batching-parameters-file", str(batching_file),
+             "--grpc-max-workers", "3"), 3, 1),
+        ("theirs, no batching", cap(f"--model_base_path={clf}"), 4 * cpus, 0),
+        (f"theirs, batching max_batch_size {theirs_batch}",
+         cap(f"--model_base_path={clf}", "--enable_batching=true", f"--batching_parameters_file={theirs_file}"),
+         4 * cpus, 1),
+        (f"theirs, batching max_batch_size {theirs_batch}, --grpc_max_threads={2 * theirs_batch}",
+         cap(f"--model_base_path={clf}", "--enable_batching=true", f"--batching_parameters_file={theirs_file}",
+             f"--grpc_max_threads={2 * theirs_batch}"), 2 * theirs_batch, 0),
+    ]
+    for label, (got, lines), want, warnings in rows:
+        check(f"{label}: cap", got, f"== {want}", got == want)
+        check(f"{label}: warning lines", len(lines), f"== {warnings}", len(lines) == warnings)
+        for line in lines:
+            print(f"    {line}")
+    _, (_, lines), _, _ = rows[4]
+    want = f"--grpc_max_threads={2 * theirs_batch}"
+    check("the warning with TensorFlow Serving's spellings", lines[0][:60] + "...", f"names {want}", want in lines[0])
+    _, (_, lines), _, _ = rows[2]
+    check("the warning with ours", lines[0][:60] + "...", "names --grpc-max-workers=200",
+          "--grpc-max-workers=200" in lines[0])
+
+    batching = BatchingConfig(max_batch_size=100)
+    python = {
+        "serve(), no cap": serve(model_base_path=clf).options.grpc_max_threads,
+        "serve(), batching": serve(model_base_path=clf, enable_batching=True,
+                                   batching_parameters={"max_batch_size": 100}).options.grpc_max_threads,
+        "ModelServer(ServerOptions(batching))": ModelServer([ModelEntry("clf", clf)],
+                                                            ServerOptions(batching=batching)).options.grpc_max_threads,
+        "serve(), batching, grpc_max_threads=5": serve(model_base_path=clf, enable_batching=True,
+                                                       grpc_max_threads=5).options.grpc_max_threads,
+        "serve(), grpc_max_workers=6": serve(model_base_path=clf, grpc_max_workers=6).options.grpc_max_threads,
+    }
+    want = {"serve(), no cap": max(64, 4 * cpus), "serve(), batching": max(64, 4 * cpus, 200),
+            "ModelServer(ServerOptions(batching))": max(64, 4 * cpus, 200), "serve(), batching, grpc_max_threads=5": 5,
+            "serve(), grpc_max_workers=6": 6}
+    check("Python callers' caps (the native command line's default)", python, f"== {want}", python == want)
 
 
 def _label_config(base, labels, all_versions=False):
