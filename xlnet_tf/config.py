@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 
 from xlnet_tf import files
@@ -28,6 +29,9 @@ RECORDED_RUN_OPTIONS = ("mem_len", "reuse_len", "bi_data", "clamp_len", "same_le
 # it; mem_len / reuse_len decide the memory a next call reads, and heads return none.
 HEAD_RUN_OPTIONS = ("clamp_len", "same_length", "attn_type")
 RECOMPUTE_MODES = ("none", "blocks", "attention")  # see RunOptions.recompute
+# The original's --init_std (0.02), the normal initialiser's stddev at the published widths (d_model 768 and 1024).
+PUBLISHED_INIT_STD = 0.02
+PUBLISHED_INIT_WIDTH = 768
 
 
 class ConfigError(UserError):
@@ -119,7 +123,8 @@ class RunOptions:
     the current segment are cached (0 = all); bi_data: the first half of the batch uses forward relative
     positions and the second half backward ones; clamp_len: relative distances are clamped to this (-1 = no
     clamp); same_length: with "uni", every position attends to the same number of keys; attn_type: "bi"
-    (bidirectional) or "uni" (causal); initializer_range: stddev of the normal initialiser; recompute: what
+    (bidirectional) or "uni" (causal); initializer_range: stddev of the normal initialiser (None: `init_std`'s
+    default for the model's width: the original's 0.02 at the published widths, more for narrower models); recompute: what
     training recomputes in the backward pass instead of keeping ("none"; "blocks": every block's activations
     from its inputs; "attention": only the [B, N, Q, K] attention scores and probabilities).
     """
@@ -132,7 +137,7 @@ class RunOptions:
     clamp_len: int = -1
     same_length: bool = False
     attn_type: str = "bi"
-    initializer_range: float = 0.02
+    initializer_range: float | None = None
     recompute: str = "none"
 
     def __post_init__(self):
@@ -150,11 +155,22 @@ class RunOptions:
             raise ConfigError(f"RunOptions.attn_type must be one of {ATTN_TYPES}, got {self.attn_type!r}")
         if self.recompute not in RECOMPUTE_MODES:
             raise ConfigError(f"RunOptions.recompute must be one of {RECOMPUTE_MODES}, got {self.recompute!r}")
-        if self.initializer_range <= 0:
-            raise ConfigError(f"RunOptions.initializer_range must be > 0, got {self.initializer_range!r}")
+        if self.initializer_range is not None and not self.initializer_range > 0:
+            raise ConfigError(f"RunOptions.initializer_range must be > 0 (or None: the width's default), got "
+                              f"{self.initializer_range!r}")
 
     def to_dict(self):
         return dataclasses.asdict(self)
+
+    def init_std(self, d_model):
+        """The normal initialiser's stddev for a model of width `d_model`: `initializer_range` when given, else
+        the original's 0.02 at the published widths (768, 1024) and 0.02 * sqrt(768 / d_model) below 768, so that
+        a narrower model starts with the same weight scale relative to its fan-in (a tiny model of d_model 64:
+        0.069). At 0.02, such a model's weights move by ~lr / 0.02 of their size per Adam step (10% at 2e-3), its
+        attention stays uniform and its new heads learn no more than the label prior in hundreds of steps."""
+        if self.initializer_range is not None:
+            return self.initializer_range
+        return PUBLISHED_INIT_STD * max(1.0, math.sqrt(PUBLISHED_INIT_WIDTH / d_model))
 
     @classmethod
     def from_dict(cls, data, source="RunOptions"):

@@ -101,7 +101,7 @@ class _HeadModel(keras.Model):
                                   f"got {head.get('mem_len')!r}")
             encoder_options = encoder_options.replace(mem_len=head["mem_len"], reuse_len=0)
         self.transformer = XLNetModel(config, encoder_options, name="transformer", dtype=self.dtype_policy)
-        self._sub = {"dtype": self.dtype_policy, "initializer_range": self.run_options.initializer_range}
+        self._sub = {"dtype": self.dtype_policy, "initializer_range": self.run_options.init_std(config.d_model)}
 
     def encode(self, inputs, training, output_positions=None):
         """The encoder's sequence_output [B, T, d] ([B, S, d] at `output_positions` [B, S])."""

@@ -73,7 +73,8 @@ class XLNetModel(keras.Model):
         self.run_options = run_options or RunOptions()
         cfg, run = self.config, self.run_options
         sub = {"dtype": self.dtype_policy}
-        self.initializer = keras.initializers.RandomNormal(stddev=run.initializer_range)
+        init_std = run.init_std(cfg.d_model)
+        self.initializer = keras.initializers.RandomNormal(stddev=init_std)
         self.word_embedding = keras.layers.Embedding(
             cfg.n_token, cfg.d_model, embeddings_initializer=self.initializer, name="word_embedding", **sub
         )
@@ -84,7 +85,7 @@ class XLNetModel(keras.Model):
         for i in range(cfg.n_layer):
             block = XLNetBlock(
                 cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_inner, ff_activation=cfg.ff_activation,
-                dropout=run.dropout, dropatt=run.dropatt, initializer_range=run.initializer_range,
+                dropout=run.dropout, dropatt=run.dropatt, initializer_range=init_std,
                 recompute=run.recompute, name=f"layer_{i}", **sub,
             )
             setattr(self, f"layer_{i}", block)
