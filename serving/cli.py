@@ -567,7 +567,9 @@ def query_main(args, out=None):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m xlnet_tf.serving")
+    from xlnet_tf.arguments import Parser
+
+    parser = Parser(prog="python -m xlnet_tf.serving")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve_arguments(commands.add_parser("serve", help="serve SavedModels over gRPC and REST"))
     add_query_arguments(commands.add_parser("query", help="query a model server"))
@@ -577,11 +579,16 @@ def build_parser():
 def main(argv=None):
     import logging
 
-    args = build_parser().parse_args(argv)
+    from xlnet_tf.arguments import leaf_parser, option_strings
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     run = serve_main if args.command == "serve" else query_main
     try:
         return run(args) or 0
     except (UserError, FileNotFoundError) as error:
-        print(f"xlnet-tf {args.command}: error: {error}", file=sys.stderr)
+        flags = option_strings(leaf_parser(parser, args))
+        print(f"xlnet-tf {args.command}: error: {error.for_command(flags) if isinstance(error, UserError) else error}",
+              file=sys.stderr)
         return 2

@@ -241,12 +241,21 @@ class ServedModel:
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
+    def _waiting(self):
+        """One line on a base path with nothing to load: what is missing and how the server goes on."""
+        base, every = self.entry.base_path, self.manager.poll_interval
+        missing = f"base path {base} does not exist" if not files.isdir(base) else \
+            f"no integer version directory holding a saved_model.pb under {base}"
+        looking = f"looking for it every {every:g}s, as TensorFlow Serving does" if every and every > 0 else \
+            "looked at only at start (poll interval 0)"
+        return f"{missing} (yet); {looking}; its requests fail with FAILED_PRECONDITION until a version loads"
+
     def reconcile(self):
         """One poll: load new aspired versions (with warmup), then unload those no longer aspired."""
         on_disk = list_versions(self.entry.base_path, self.complete)
         if not on_disk:
             if not self.versions:
-                self.manager.note_once(self.name, f"no version directory under {self.entry.base_path} yet")
+                self.manager.note_once(self.name, self._waiting())
             return
         aspired = self.entry.aspired(on_disk)
         for version in sorted(aspired, reverse=True):  # newest first: it is what 'latest' serves

@@ -17,7 +17,7 @@ from .config import ConfigFilePoller, ModelEntry, load_batching_config, load_mod
 from .core import ServerCore
 from .grpc_api import add_services, grpc_server_arguments
 from .health import add_health_service
-from .manager import ModelManager, list_versions
+from .manager import ModelManager
 from .monitoring import Metrics, load_monitoring_config
 from .options import ServerOptions, batching_grpc_threads, default_grpc_max_threads
 from .rest_api import RestServer
@@ -239,13 +239,6 @@ def serve(model_base_path=None, model_name=None, model_config_file=None, port=..
         entries = [ModelEntry(name=name, base_path=base)]
     else:
         raise UserError("nothing to serve: give --model-base-path (with --model-name) or --model-config-file")
-    for entry in entries:
-        if not files.isdir(entry.base_path):
-            log.warning("model %s: base path %s does not exist (yet); its requests fail with "
-                        "FAILED_PRECONDITION until a version appears", entry.name, entry.base_path)
-        elif not list_versions(entry.base_path):
-            log.warning("model %s: no integer version directory holding a saved_model.pb under %s yet", entry.name,
-                        entry.base_path)
     if "grpc_max_workers" in fields:  # the earlier name of grpc_max_threads
         fields["grpc_max_threads"] = fields.pop("grpc_max_workers")
     for name, value in (("host", host), ("tensor_content", enable_serialization_as_tensor_content)):

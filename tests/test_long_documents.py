@@ -379,7 +379,10 @@ def test_memory_learns_what_one_window_learns_and_the_export_agrees(task, tmp_pa
 def test_bad_long_document_flags_are_refused(tmp_path, capsys):
     from xlnet_tf.cli import main
 
-    base = ["finetune", "--task", "squad", "--train-file", "x.json", "--model-dir", str(tmp_path), "--train-steps", "1"]
+    train = tmp_path / "x.json"  # exists: the flags are checked, not the path
+    train.write_text("{}")
+    base = ["finetune", "--task", "squad", "--train-file", str(train), "--model-dir", str(tmp_path / "m"),
+            "--train-steps", "1"]
     cases = [(["--long-doc", "memory", "--max-doc-len", "512"], "SQuAD reads long contexts"),
              (["--max-doc-len", "512"], "need --long-doc memory")]
     classification = ["--task", "classification"]

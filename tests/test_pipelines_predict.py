@@ -370,8 +370,9 @@ def _record_offset(path, number):
 def test_bad_predict_flags_name_them(tmp_path, capsys):
     from xlnet_tf.cli import main
 
-    code = main(["predict", "--model-dir", str(tmp_path), "--input", "x.jsonl", "--output", "y", "--runner",
-                 "DirectRunner"])
+    (tmp_path / "x.jsonl").write_text("{}\n")  # exists: the flags are checked, not the path
+    code = main(["predict", "--model-dir", str(tmp_path), "--input", str(tmp_path / "x.jsonl"), "--output", "y",
+                 "--runner", "DirectRunner"])
     err = capsys.readouterr().err
     with capsys.disabled():
         print(err.strip())
@@ -384,7 +385,8 @@ def test_bad_predict_flags_name_them(tmp_path, capsys):
         with capsys.disabled():
             print(err)
         assert exit_info.value.code == 2 and wanted in err
-    code = main(["predict", "--export-dir", str(tmp_path), "--input", "x", "--output", str(tmp_path / "y")])
+    code = main(["predict", "--export-dir", str(tmp_path), "--input", str(tmp_path / "x.jsonl"), "--output",
+                 str(tmp_path / "y")])
     err = capsys.readouterr().err
     with capsys.disabled():
         print(err.strip())

@@ -7,6 +7,8 @@ import contextlib
 import dataclasses
 import functools
 import json
+import os
+import re
 import sys
 
 from xlnet_tf.config import RECOMPUTE_MODES
@@ -128,7 +130,7 @@ def _pretrain(args):
                         f"({args.data_dir}/metadata.json)")
     config = resolve_config(args.config, args.model_size, metadata["vocab_size"])
     run_options = RunOptions(
-        dropout=args.dropout, dropatt=args.dropatt, recompute=args.recompute,
+        dropout=args.dropout, dropatt=args.dropatt, initializer_range=args.init_std, recompute=args.recompute,
         mem_len=metadata["reuse_len"] if args.mem_len is None else args.mem_len,
         reuse_len=metadata["reuse_len"], bi_data=bool(metadata.get("bi_data")), clamp_len=args.clamp_len,
     )
@@ -163,13 +165,20 @@ def _finetune(args):
         raise UserError("--tune-thresholds tunes on --eval-file: give one")
     if args.task != "squad" and (args.squad_head != "beam" or args.max_answer_length != 64):
         raise UserError("--squad-head and --max-answer-length are for --task squad")
+    columns = {key: _column(value) for key, value in (("text_a", args.text_a_column), ("text_b", args.text_b_column),
+                                                      ("label", args.label_column)) if value is not None}
+    if columns and args.task not in ("classification", "regression", "multi-label"):
+        raise UserError("--text-a-column, --text-b-column and --label-column are for --task classification, "
+                        "regression and multi-label")
     if args.doc_stride is not None and args.doc_stride < 1:
         raise UserError(f"--doc-stride must be at least 1, got {args.doc_stride}")
-    run_options = RunOptions(dropout=args.dropout, dropatt=args.dropatt, recompute=args.recompute)
+    run_options = RunOptions(dropout=args.dropout, dropatt=args.dropatt, initializer_range=args.init_std,
+                             recompute=args.recompute)
     if args.init_checkpoint:  # its recorded clamp_len / same_length / attn_type, under this run's flags
         from xlnet_tf.heads import finetune_run_options
 
         run_options = finetune_run_options(args.init_checkpoint, dropout=args.dropout, dropatt=args.dropatt,
+                                           initializer_range=args.init_std,
                                            recompute=args.recompute)
     setup = functools.partial(
         FinetuneSetup, task=args.task, train_file=args.train_file, eval_file=args.eval_file, model_dir=args.model_dir,
@@ -180,6 +189,7 @@ def _finetune(args):
         tag_column=args.tag_column, label_all_pieces=args.label_all_pieces, squad_head=args.squad_head,
         max_answer_length=args.max_answer_length, label_separator=args.label_separator,
         tune_thresholds=args.tune_thresholds, packing=args.packing, run_options=run_options,
+        columns=columns or None, skip_bad_rows=args.skip_bad_rows,
     )
     probe = setup(config=None, spm_model=None)  # bad flags fail before any work
     parse_widths(args.bucket_boundaries, args.max_seq_len, probe.doc_len)
@@ -206,6 +216,11 @@ def _finetune(args):
     return 143 if trainer.stopped_by_signal else 0
 
 
+def _column(value):
+    """--text-a-column / --text-b-column / --label-column: a whole number is a column number, else a name."""
+    return int(value) if re.fullmatch(r"-?\d+", value.strip()) else value
+
+
 def _with_steps(args, steps):
     copy = argparse.Namespace(**vars(args))
     copy.train_steps = steps
@@ -215,7 +230,8 @@ def _with_steps(args, steps):
 def _evaluate(args):
     from xlnet_tf.training.finetune import evaluate
 
-    print(json.dumps(evaluate(args.model_dir, args.eval_file, args.batch_size, _strategy(args)), indent=2))
+    print(json.dumps(evaluate(args.model_dir, args.eval_file, args.batch_size, _strategy(args),
+                              skip_bad_rows=args.skip_bad_rows), indent=2))
 
 
 def _predict(args):
@@ -226,9 +242,13 @@ def _predict(args):
                                 f"with --model-dir (predicts one file in this process)")
         from xlnet_tf.training.finetune import predict
 
-        count = predict(args.model_dir, args.input, args.output, args.batch_size, _strategy(args))
+        count = predict(args.model_dir, args.input, args.output, args.batch_size, _strategy(args),
+                        skip_bad_rows=args.skip_bad_rows)
         print(f"wrote {count} predictions to {args.output}")
         return
+    if args.skip_bad_rows:
+        raise UserError("--skip-bad-rows goes with --model-dir; with --export-dir bad rows go to the dead letters "
+                        "(PREFIX-dead-letter-*.jsonl) and the pipeline goes on")
     with _beam_console(args):
         from xlnet_tf.pipelines.common import pipeline_options
         from xlnet_tf.pipelines.predict import predict_beam
@@ -295,6 +315,10 @@ def _add_training_flags(parser, steps_required=True):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--dropatt", type=float, default=0.1)
+    parser.add_argument("--init-std", type=_positive_float, metavar="STD",
+                        help="stddev of the normal initialiser of the weights that start at random (the original's "
+                             "--init_std; default: 0.02 at the published widths, d_model 768 and 1024, and "
+                             "0.02 x sqrt(768 / d_model) for narrower models: 0.069 for --model-size tiny)")
     parser.add_argument("--recompute", default="none", choices=RECOMPUTE_MODES,
                         help="recompute in the backward pass instead of keeping: blocks = every block's activations "
                              "(least memory, about a third more compute), attention = only the attention scores "
@@ -408,6 +432,17 @@ def _grad_segments(value):
     return int(value)
 
 
+def _positive_float(value):
+    """A number > 0 (argparse type)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number > 0, got {value!r}") from None
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"a number > 0, got {value!r}")
+    return number
+
+
 def _add_runner_flag(parser, what):
     parser.add_argument("--runner", metavar="RUNNER",
                         help=f"run as an Apache Beam pipeline ({what}) on this runner: DirectRunner (this machine), "
@@ -417,7 +452,9 @@ def _add_runner_flag(parser, what):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="xlnet-tf", description="XLNet on Keras 3 / TensorFlow 2.")
+    from xlnet_tf.arguments import Parser
+
+    parser = Parser(prog="xlnet-tf", description="XLNet on Keras 3 / TensorFlow 2.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     spm = commands.add_parser("train-spm", help="train a SentencePiece model with XLNet's special ids and rules")
@@ -523,6 +560,15 @@ def build_parser():
     finetune.add_argument("--tune-thresholds", action="store_true",
                           help="multi-label: tune each label's threshold on --eval-file for its best F1 (default "
                                "0.5 each); recorded, used by evaluate, predict and export")
+    for part, default in (("text-a", "text_a, or the file's one column named text, sentence, review, content, "
+                                     "comment or document (any case)"), ("text-b", "text_b when there is one"),
+                          ("label", "label")):
+        finetune.add_argument(f"--{part}-column", metavar="NAME|N",
+                              help=f"classification, regression, multi-label: the TSV / CSV column (its header's name, "
+                                   f"or its number, 0 = first, in a file without a header row) or JSONL key of the "
+                                   f"{part.replace('-', ' ')} (default: {default}); recorded for evaluate and predict")
+    finetune.add_argument("--skip-bad-rows", action="store_true", help="skip bad rows (questions, sentences) of "
+                          "--train-file and --eval-file, each logged with its line, instead of stopping at the first")
     finetune.add_argument("--tag-column", type=int, default=-1,
                           help="token-classification, CoNLL files: the tag's column (0 = the word's, -1 = the last)")
     finetune.add_argument("--label-all-pieces", action="store_true",
@@ -536,6 +582,8 @@ def build_parser():
                           help="a fine-tuned directory (computed with the run options it records, run_options.json)")
     evaluate.add_argument("--eval-file", required=True)
     evaluate.add_argument("--batch-size", type=int, default=32)
+    evaluate.add_argument("--skip-bad-rows", action="store_true", help="skip bad rows (questions, sentences) of "
+                          "--eval-file, each logged with its line, instead of stopping at the first")
     _add_strategy_flags(evaluate, " (each batch split across its replicas)")
     evaluate.set_defaults(run=_evaluate)
 
@@ -555,6 +603,9 @@ def build_parser():
                          help="--model-dir: the JSONL file; --export-dir: PREFIX of PREFIX-SSSSS-of-NNNNN.jsonl "
                               "(predictions) and PREFIX-dead-letter-SSSSS-of-NNNNN.jsonl")
     predict.add_argument("--batch-size", type=int, default=32, help="rows per model call (--export-dir: at most)")
+    predict.add_argument("--skip-bad-rows", action="store_true", help="--model-dir: skip bad rows (questions, "
+                         "sentences) of --input, each logged with its line; they get no prediction (--export-dir: "
+                         "bad rows always go to the dead letters)")
     predict.add_argument("--input-format", choices=["jsonl", "tsv", "csv", "tfrecord"],
                          help="--export-dir: the format of every input file (default: from each extension)")
     _add_runner_flag(predict, "with --export-dir; default DirectRunner, give it to pass Beam options")
@@ -737,66 +788,137 @@ def build_parser():
         source.add_argument("--max-seq-len", type=int, default=512,
                             help="recorded for fine-tuned heads (the length export and predict use)")
     convert.set_defaults(run=_convert)
-    where = {"train-spm": "PREFIX.log", **{k: f"{v.upper()}/xlnet-tf.log" for k, v in LOG_FOLDERS.items()}}
+    where = {"train-spm": "PREFIX.log", "predict": "OUTPUT.log",
+             **{k: f"{v.upper()}/xlnet-tf.log" for k, v in LOG_FOLDERS.items()}}
     for name, command in commands.choices.items():
-        for leaf in sources.choices.values() if command is convert else [command]:  # convert: on hf / official
-            leaf.add_argument("--verbose", action="store_true", help="show other libraries' logs on the console "
-                              "too" + (f" (they always go to {where[name]}; a local file under $TMPDIR/xlnet-tf-logs when "
-                                     "that folder is remote)" if name in where else ""))
+        log = where.get(name, f"$TMPDIR/xlnet-tf-logs/{name}.log")
+        # convert: before or after its SOURCE (SUPPRESS: the source's parser keeps a --verbose given before it)
+        for leaf, default in [(command, False)] + [(s, argparse.SUPPRESS) for s in sources.choices.values()
+                                                   if command is convert]:
+            leaf.add_argument("--verbose", action="store_true", default=default, help="also show on the console "
+                              "other libraries' log records (always written to the log file) and TensorFlow's C++ "
+                              f"lines (else written there only); the log file: {log}" + (
+                                  " (a local file under $TMPDIR/xlnet-tf-logs when that folder is remote)"
+                                  if name in where else ""))
     return parser
 
 
-# Where each command's third-party logs go (console.configure): a file in its work or model directory.
+# Where each command's third-party logs go (console.configure): a file in its work or model directory; a command
+# that writes no folder: $TMPDIR/xlnet-tf-logs/COMMAND.log (train-spm: PREFIX.log, predict: OUTPUT.log).
 LOG_FOLDERS = {"create-pretraining-data": "output_dir", "pretrain": "model_dir", "finetune": "model_dir",
                "export": "model_dir", "demo": "workdir"}
 
 
 def _log_target(args):
-    """Where the command's log file belongs (train-spm: PREFIX.log beside its model; predict --export-dir:
-    PREFIX.log beside its outputs), or None (everything on the console)."""
+    """Where the command's log file belongs (train-spm: PREFIX.log beside its model; predict: OUTPUT.log beside
+    its outputs; a command without a work folder: COMMAND.log under the system's temporary folder)."""
     from xlnet_tf import files
     from xlnet_tf.console import LOG_FILE
 
     if args.command == "train-spm":
         return args.model_prefix + ".log"
-    if args.command == "predict" and getattr(args, "export_dir", None):  # PREFIX.log beside the outputs
+    if args.command == "predict":  # PREFIX.log beside the outputs
         return args.output + ".log"
-    folder = getattr(args, LOG_FOLDERS[args.command]) if args.command in LOG_FOLDERS else None
-    return files.join(folder, LOG_FILE) if folder else None
+    if args.command in LOG_FOLDERS:
+        return files.join(getattr(args, LOG_FOLDERS[args.command]), LOG_FILE)
+    return _temporary_log(args.command)
+
+
+def _temporary_log(command):
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), "xlnet-tf-logs", f"{command}.log")
 
 
 def _log_file(args):
     """The command's log file. A log is appended line by line, which object stores cannot do: where
     `_log_target` is remote (gs://...), a local file named after it under the system's temporary folder
-    (`files.local_log_path`; the command says where)."""
+    (`files.local_log_path`; the command says where); where its local folder exists but cannot be written,
+    COMMAND.log under the temporary folder."""
     from xlnet_tf import files
 
     target = _log_target(args)
-    if target and files.is_remote(target):
+    if files.is_remote(target):
         return files.local_log_path(files.dirname(target), files.basename(target))
+    folder = os.path.dirname(os.path.abspath(target))
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)  # the folders the log creates: writable where the first existing one is
+    if not os.access(folder, os.W_OK) or os.path.exists(target) and not os.access(target, os.W_OK):
+        return _temporary_log(args.command)
     return target
 
 
+# Flags (by dest) of each command that name what must exist already: a file, a folder or a glob's matches.
+INPUT_PATHS = {
+    "train-spm": ("input",), "create-pretraining-data": ("input", "spm_model"), "pretrain": ("data_dir", "config"),
+    "finetune": ("train_file", "eval_file", "spm_model", "init_checkpoint", "config"),
+    "evaluate": ("model_dir", "eval_file"), "predict": ("model_dir", "export_dir", "input"),
+    "generate": ("model_dir", "input", "spm_model", "padding_text_file"), "export": ("model_dir",),
+    "plot-attention": ("model_dir",), "convert": ("src", "config", "spm_model"),
+    "serve": ("model_config_file", "batching_parameters_file", "monitoring_config_file", "tfs_model_config_file",
+              "tfs_batching_parameters_file", "tfs_monitoring_config_file", "tfs_ssl_config_file"),
+    "query": ("ssl_ca_file", "ssl_cert_file", "ssl_key_file"),
+}
+
+
+def _check_inputs(args, command_parser):
+    """Each path flag of INPUT_PATHS that names nothing that exists is an error naming the flag and the path
+    (`files.require`), before the command does anything else."""
+    from xlnet_tf import files
+
+    names = {action.dest: action.option_strings[0] if action.option_strings else action.metavar or action.dest
+             for action in command_parser._actions}
+    for dest in INPUT_PATHS.get(args.command, ()):
+        values = getattr(args, dest, None)
+        for value in values if isinstance(values, list) else [values]:
+            if not value:
+                continue
+            if args.command == "convert" and dest == "src" and args.source == "official":
+                files.require(value, names[dest], also=(value + ".index",))  # a checkpoint prefix
+            else:
+                files.require(value, names[dest], pattern=dest == "input" and args.command in (
+                    "create-pretraining-data", "predict"))
+
+
 def main(argv=None):
-    from xlnet_tf.console import configure
+    """Runs one command; returns its exit status (2: a user's mistake, named without a traceback).
+
+    Unless --verbose, what native code writes to stderr goes to the command's log file
+    (`console.QuietNativeOutput`). Called with `argv` (from Python, a test) the console is put back on return;
+    as the program (`argv` None) it stays so to the end, where TensorFlow and gRPC may still write at exit."""
+    from xlnet_tf.arguments import leaf_parser, option_strings
+    from xlnet_tf.console import QuietNativeOutput, configure
 
     parser = build_parser()
     args, beam_args = parser.parse_known_args(argv)
+    command_parser = leaf_parser(parser, args)
     if beam_args and not getattr(args, "runner", None):
-        parser.parse_args(argv)  # argparse's own "unrecognized arguments" error
+        command_parser.unrecognized(beam_args)  # the command's own usage and "unrecognized arguments"
     args.beam_args = beam_args
-    log_file = _log_file(args)
-    configure(log_file, args.verbose)
-    if log_file != _log_target(args):
-        import logging
+    native = None if args.verbose else QuietNativeOutput()
+    if native is not None and argv is None:
+        import faulthandler
 
-        logging.getLogger("xlnet_tf").info("other libraries' log lines go to %s (%s is remote)", log_file,
-                                           _log_target(args))
+        faulthandler.enable(sys.stderr)  # a crash in native code still shows where, on the console
     try:
+        _check_inputs(args, command_parser)
+        log_file = _log_file(args)
+        configure(log_file, args.verbose)
+        if native is not None:
+            native.into(log_file)
+        if log_file != _log_target(args):
+            import logging
+
+            logging.getLogger("xlnet_tf").info("other libraries' log lines go to %s (%s is remote or not "
+                                               "writable)", log_file, _log_target(args))
         return args.run(args) or 0
     except (UserError, FileNotFoundError) as error:
-        print(f"xlnet-tf {args.command}: error: {error}", file=sys.stderr)
+        message = error.for_command(option_strings(command_parser)) if isinstance(error, UserError) else error
+        print(f"xlnet-tf {args.command}: error: {message}", file=sys.stderr)
         return 2
+    finally:
+        if native is not None and argv is not None:
+            native.close()
 
 
 if __name__ == "__main__":

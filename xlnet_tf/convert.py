@@ -22,7 +22,7 @@ import numpy as np
 
 from xlnet_tf import files
 from xlnet_tf.config import ATTN_TYPES, HEAD_RUN_OPTIONS, ConfigError, RunOptions, XLNetConfig
-from xlnet_tf.errors import UserError
+from xlnet_tf.errors import Spelling, UserError
 
 log = logging.getLogger(__name__)
 
@@ -734,7 +734,8 @@ def convert_official(checkpoint_prefix, out_dir, config_path, spm_model=None, ma
     run_options = official_run_options(**run_flags)
     config = XLNetConfig.from_json(config_path)
     if spm_model and not files.exists(spm_model):
-        raise ConfigError(f"{spm_model}: no such SentencePiece model (--spm-model)")
+        raise ConfigError(f"{spm_model}: no such SentencePiece model",
+                          Spelling(" (spm_model=)", " (--spm-model)", hint=False))
     weights = read_official(checkpoint_prefix, config)
     head_weights, finetune_config = read_official_head(checkpoint_prefix, max_seq_len)
     weights.update(head_weights)

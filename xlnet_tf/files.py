@@ -95,6 +95,23 @@ def isdir(path) -> bool:
     return _gfile().isdir(path) and not _ram_prefix_only(path)
 
 
+def require(path, name, pattern=False, also=()):
+    """Raises UserError naming `name` (a flag, an argument or a `Spelling`) and `path` when nothing exists there
+    (nor at any path of `also`); with `pattern`, a path holding * ? [ is a glob that must match something. A
+    filesystem that cannot be asked (no credentials, no network) is left for the command to report."""
+    path = os.fspath(path)
+    try:
+        if pattern and any(c in path for c in "*?["):
+            if not glob(path):
+                raise UserError(name, f": no file matches {path}")
+        elif not exists(path) and not any(exists(other) for other in also):
+            raise UserError(name, f": {path} does not exist")
+    except UserError:
+        raise
+    except Exception:  # noqa: BLE001 (tf.errors.* of a filesystem that cannot answer: the command says more)
+        return
+
+
 def checkpoint_reader(path):
     """A reader of TF checkpoint `path` (a prefix, or a folder: its latest checkpoint), as
     `tf.train.load_checkpoint` with this module's `isdir` (ram:// answers TensorFlow's wrongly for a prefix)."""

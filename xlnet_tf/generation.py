@@ -308,13 +308,14 @@ def load_generator(model_dir, spm_model=None, dtype=None, **run_options):
     generation), keyword arguments (RunOptions fields) winning; recorded ones that generation cannot run with
     (attn_type 'uni', bi_data) raise a RecordedRunOptionsError naming them."""
     from xlnet_tf import files
-    from xlnet_tf.errors import UserError
+    from xlnet_tf.errors import Spelling, UserError
     from xlnet_tf.model import RUN_OPTIONS_FILE, SPM_FILE, XLNetPretrainer, read_run_options
     from xlnet_tf.tokenization import XLNetTokenizer, read_tokenizer_settings, tokenizer_settings
 
     spm_model = spm_model or files.join(model_dir, SPM_FILE)
     if not files.exists(spm_model):
-        raise UserError(f"{spm_model}: no SentencePiece model (give --spm-model)")
+        raise UserError(f"{spm_model}: no SentencePiece model",
+                        Spelling(" (give spm_model=)", " (give --spm-model)"))
     blocking = {k: v for k, v in read_run_options(model_dir).items()
                 if k in GENERATION_RUN_OPTIONS and k not in run_options and v != GENERATION_RUN_OPTIONS[k]}
     if blocking:

@@ -39,6 +39,7 @@ import collections
 import functools
 import itertools
 import os
+import re
 import unicodedata
 
 import numpy as np
@@ -47,7 +48,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from xlnet_tf import files
-from xlnet_tf.errors import UserError
+from xlnet_tf.errors import Spelling, UserError
 
 SPIECE_UNDERLINE = "\u2581"
 CONTROL_SYMBOLS = ("<cls>", "<sep>", "<pad>", "<mask>", "<eod>")
@@ -492,14 +493,43 @@ def read_tokenizer_settings(folder):
 
 
 def _check_input_file(path):
-    """Raise if ``path`` is missing or holds no non-whitespace text (reads only up to the first text)."""
+    """Raise UserError if ``path`` is missing, holds no non-whitespace text or a line that is not UTF-8 (naming
+    the line and the byte)."""
     if not files.isfile(path):
         raise FileNotFoundError(f"SentencePiece training input not found: {path}")
+    text = False
     with files.open(path, "rb") as f:
-        for line in f:
-            if line.strip():
-                return
-    raise UserError(f"SentencePiece training input is empty: {path}")
+        for number, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise UserError(f"{path}, line {number}: not valid UTF-8 (byte 0x{line[error.start]:02x} at byte "
+                                f"{error.start} of the line)") from None
+            text = text or bool(line.strip())
+    if not text:
+        raise UserError(f"SentencePiece training input is empty: {path}")
+
+
+_VOCAB_SIZE = Spelling("vocab_size", "--vocab-size", hint=False)
+_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
+_TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
+def _vocab_size_error(error, paths, character_coverage):
+    """The UserError of a SentencePiece trainer error about the vocabulary size (None for another error)."""
+    high, low = _TOO_HIGH.search(str(error)), _TOO_LOW.search(str(error))
+    corpus = ", ".join(paths)
+    if high:
+        return UserError(_VOCAB_SIZE, f" {high.group(1)} is more than {corpus} allows: SentencePiece finds at most "
+                         f"{high.group(2)} pieces in it; give ", _VOCAB_SIZE,
+                         f" {high.group(2)} or less (or more text)")
+    if low:
+        return UserError(_VOCAB_SIZE, f" {low.group(1)} is too small for {corpus}: its pieces need at least "
+                         f"{low.group(2)} ({len(SPECIAL_PIECES) + len(USER_DEFINED_SYMBOLS) - 1} special and "
+                         f"user-defined symbols, and the characters that cover {character_coverage:.3%} of the "
+                         "text); give ", _VOCAB_SIZE, f" {low.group(2)} or more",
+                         Spelling(" (or a lower character_coverage=)"))
+    return None
 
 
 def _preprocessed_lines(paths, lower_case, batch_size=1024):
@@ -541,7 +571,9 @@ def train_spm(input_files, model_prefix, vocab_size, lower_case=False, *, charac
         stderr) is appended instead of the console; None keeps it on stderr.
       **trainer_kwargs: more ``SentencePieceTrainer.train`` options (override the ones above).
     Raises:
-      FileNotFoundError / ValueError naming the file, for a missing or empty input file.
+      FileNotFoundError / UserError naming the file, for a missing or empty input file or a line that is not
+      UTF-8 (its line and byte); UserError for a vocab_size SentencePiece cannot make from the input (the
+      largest it allows, or the smallest that holds the symbols and characters).
     """
     paths = [os.fspath(input_files)] if isinstance(input_files, (str, os.PathLike)) else [
         os.fspath(p) for p in input_files]
@@ -572,8 +604,14 @@ def train_spm(input_files, model_prefix, vocab_size, lower_case=False, *, charac
     from xlnet_tf.console import native_output_to
 
     with native_output_to(log_file):
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=_preprocessed_lines(paths, lower_case), model_prefix=model_prefix, **options)
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=_preprocessed_lines(paths, lower_case), model_prefix=model_prefix, **options)
+        except RuntimeError as error:
+            mistake = _vocab_size_error(error, paths, options["character_coverage"])
+            if mistake is None:
+                raise
+            raise mistake from None
     model_file = model_prefix + ".model"
     processor = spm.SentencePieceProcessor(model_file=model_file)
     got = [processor.id_to_piece(i) for i in range(len(SPECIAL_PIECES))]

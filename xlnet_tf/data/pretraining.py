@@ -73,7 +73,7 @@ import tensorflow as tf
 
 from xlnet_tf.data import sampling
 from xlnet_tf.data.truncation import truncated_pair_lengths
-from xlnet_tf.errors import UserError
+from xlnet_tf.errors import Spelling, UserError
 from xlnet_tf.files import TensorFlowFiles, absolute as absolute_path, resolve as resolve_path
 
 FORMAT_VERSION = 1
@@ -87,6 +87,7 @@ _BATCH_BYTES = 64 << 10  # ... or fewer, holding this many bytes: the tokenizer'
 _PIECE_CHARS = 8192  # longer lines are tokenized in pieces cut at spaces (bounds the tokenizer's memory)
 _SCAN_BLOCK = 4096  # tokens read per step when looking back for a sentence start
 _SEED_SALT = 0x584C4E54  # second word of the stateless seeds ("XLNT")
+SKIP_BAD_LINES = Spelling(" or skip such lines with skip_bad_lines=True", " or skip such lines with --skip-bad-lines")
 
 
 def shard_name(index, num_shards, backward=False):
@@ -242,8 +243,8 @@ class _Tokenizing:
             except UnicodeDecodeError as error:
                 if not self.skip_bad_lines:
                     raise UserError(
-                        f"{path}:{number}: line is not valid UTF-8 ({error.reason} at byte {error.start}); "
-                        "fix the file or skip such lines with skip_bad_lines (--skip-bad-lines)") from None
+                        f"{path}:{number}: line is not valid UTF-8 ({error.reason} at byte {error.start}); fix the "
+                        "file", SKIP_BAD_LINES) from None
                 self.skipped_lines += 1
                 continue
             if number == 1:

@@ -12,15 +12,41 @@ import collections
 import csv
 import dataclasses
 import json
+import logging
 import math
 import os
 import re
 from typing import List, Optional, Tuple, Union
 
 from xlnet_tf import files as files_layer  # `files` is a common local name here
-from xlnet_tf.errors import UserError
+from xlnet_tf.errors import Spelling, UserError
 
+log = logging.getLogger(__name__)
 _SURROGATE = re.compile("[\udc80-\udcff]")  # undecodable bytes under errors="surrogateescape"
+# Header names (any case) of a file's one text column when it has no text_a: read as text_a without arguments.
+TEXT_COLUMNS = ("text", "sentence", "review", "content", "comment", "document")
+COLUMN_HINT = Spelling(
+    " Name the columns with text_a=/text_b=/label=, pass glue_task=, or give column numbers (a file without a "
+    "header row).",
+    " Name the columns with --text-a-column / --text-b-column / --label-column (or give their numbers, for a file "
+    "without a header row).")
+KEY_HINT = Spelling(" Name the keys with text_a=/text_b=/label=.",
+                    " Name the keys with --text-a-column / --text-b-column / --label-column.")
+
+
+def skip_hint(what):
+    """The words that say how to skip bad `what` (rows, questions, sentences) instead of stopping."""
+    return Spelling(f" (skip_bad_rows=True skips {what})", f" (--skip-bad-rows skips {what})")
+
+
+SKIP_ROWS, SKIP_QUESTIONS, SKIP_IT = skip_hint("such rows"), skip_hint("such questions"), skip_hint("it")
+
+
+def warn_skipped(path, bad, what="rows", where="lines "):
+    """Logs how many bad `what` (rows, ...) of `path` were skipped, and where (`bad`: their lines or places)."""
+    if bad:
+        shown = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
+        log.warning("%s: skipped %d bad %s: %s%s", path, len(bad), what, where, shown)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -240,10 +266,22 @@ def _find(path, header, name, what, required):
     if name in names:
         return names.index(name)
     if required:
-        raise UserError(f"{path}, line 1: no column named {name!r} (for {what}) in the header {names}. "
-                        f"Name the columns with text_a=/text_b=/label=, pass glue_task=, or give column "
-                        f"numbers (a file without a header row).")
+        raise UserError(f"{path}, line 1: no column named {name!r} (for {what}) in the header {names}.",
+                        COLUMN_HINT)
     return None
+
+
+def _text_column(names, given, what="column"):
+    """(name, None): the header name or JSON key of text_a (`given`, else 'text_a', else the one name of
+    TEXT_COLUMNS, any case, among `names`); (None, reason) when there is none or several."""
+    if given is not None or "text_a" in names:
+        return given or "text_a", None
+    found = [name for name in names if name.strip().lower() in TEXT_COLUMNS]
+    if len(found) == 1:
+        return found[0], None
+    if found:
+        return None, f"several text {what}s {found}; name the one to read"
+    return None, f"no {what} named 'text_a' nor one text {what} ({', '.join(TEXT_COLUMNS)}) in {list(names)}"
 
 
 def _resolve_columns(path, first, glue_task, text_a, text_b, label, has_header):
@@ -264,9 +302,12 @@ def _resolve_columns(path, first, glue_task, text_a, text_b, label, has_header):
     specs = (text_a, text_b, label)
     if any(isinstance(s, int) and not isinstance(s, bool) for s in specs):
         if not all(s is None or s is False or (isinstance(s, int) and not isinstance(s, bool)) for s in specs):
-            raise UserError("Give columns all by name or all by number (text_a=, text_b=, label=).")
+            raise UserError("Give columns all by name or all by number",
+                            Spelling(" (text_a=, text_b=, label=)", " (--text-a-column, --text-b-column, "
+                                     "--label-column)"), ".")
         if text_a is None:
-            raise UserError("text_a= is required when columns are given by number.")
+            raise UserError("The text column is required when columns are given by number",
+                            Spelling(" (text_a=)", " (--text-a-column)"), ".")
         n = len(first)
         for s in specs:
             if isinstance(s, int) and not isinstance(s, bool) and not -n <= s < n:
@@ -285,7 +326,13 @@ def _resolve_columns(path, first, glue_task, text_a, text_b, label, has_header):
                             _find(path, first, lay.label, "label", False) if lay.label else None,
                             len(first), True, "glue:" + "/".join(matches),
                             labels.pop() if len(labels) == 1 else None)
-    a = _find(path, first, text_a or "text_a", "text_a", True)
+    if text_a is None:
+        name, reason = _text_column(first, None)
+        if reason:
+            raise UserError(f"{path}, line 1: {reason}.", COLUMN_HINT)
+        a = first.index(name)
+    else:
+        a = _find(path, first, text_a, "text_a", True)
     b = None if text_b is False else _find(path, first, text_b or "text_b", "text_b", text_b is not None)
     lab = None if label is False else _find(path, first, label or "label", "label", label is not None)
     return _Columns(a, b, lab, len(first), True, "columns", None)
@@ -333,7 +380,9 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
     * ``text_a=`` / ``text_b=`` / ``label=``: column names (file with a header row, or JSON keys) or column
       numbers (TSV/CSV without a header row unless ``has_header=True``); ``False`` means "no such column".
     * nothing: a header that is a known GLUE header selects that layout, else columns ``text_a``,
-      optional ``text_b``, optional ``label``.
+      optional ``text_b``, optional ``label``. A file without ``text_a`` whose header (or JSON object) names one
+      of ``TEXT_COLUMNS`` (text, sentence, review, content, comment, document; any case) reads it as
+      ``text_a``.
 
     A file without the label column (GLUE test sets) gives ``label=None`` for prediction. Blank lines are
     skipped. Empty texts are kept: an empty ``text_a`` gives no A tokens, an empty ``text_b`` makes the
@@ -359,16 +408,17 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
     raw = _read_bytes(path)
     examples, bad = [], []
 
-    def reject(line, reason):
+    def reject(line, reason, *more):
         if not skip_bad_rows:
-            raise UserError(f"{path}, line {line}: {reason} (skip_bad_rows=True skips such rows).")
+            raise UserError(f"{path}, line {line}: {reason}", SKIP_ROWS, ".", *more)
         bad.append((line, reason))
 
     if fmt == "jsonl":
         if glue_task is not None or any(isinstance(s, int) and not isinstance(s, bool)
                                         for s in (text_a, text_b, label)):
-            raise UserError(f"{path}: JSON lines files are read by key names (text_a=, text_b=, label=).")
-        key_a = text_a or "text_a"
+            raise UserError(f"{path}: JSON lines files are read by key names",
+                            Spelling(" (text_a=, text_b=, label=)", " (--text-a-column, --text-b-column, "
+                                     "--label-column)"), ".")
         key_b = None if text_b is False else (text_b or "text_b")
         key_label = None if label is False else (label or "label")
         labeled = None if label is None else key_label is not None  # decided by the first object if auto
@@ -378,9 +428,14 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
                 continue
             if labeled is None:
                 labeled = key_label in obj
+            key_a, reason = _text_column(list(obj), text_a, "field")
+            if reason:
+                reject(line, reason, KEY_HINT)
+                continue
             a, b = obj.get(key_a), obj.get(key_b) if key_b else None
             if not isinstance(a, str):
-                reject(line, f"missing text field {key_a!r}" if a is None else f"{key_a!r} is not a string")
+                reject(line, f"missing text field {key_a!r}" if a is None else f"{key_a!r} is not a string",
+                       *(() if a is not None else (KEY_HINT,)))
                 continue
             if b is not None and not isinstance(b, str):
                 reject(line, f"{key_b!r} is not a string")
@@ -424,11 +479,13 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
             raise UserError(f"{path}: file is empty.")
         layout, header, label_list = cols.layout, cols.header, cols.label_list
         labeled = cols.label is not None
-        if cols.layout.startswith("glue:") and GLUE_TASKS[cols.layout[5:].split("/")[0]].task != task:
-            raise UserError(f"{path}: GLUE {cols.layout[5:]} is a "
-                            f"{GLUE_TASKS[cols.layout[5:].split('/')[0]].task} task; pass task= accordingly.")
+        glue_kind = GLUE_TASKS[cols.layout[5:].split("/")[0]].task if cols.layout.startswith("glue:") else task
+        if glue_kind != task:
+            raise UserError(f"{path}: GLUE {cols.layout[5:]} is a {glue_kind} task",
+                            Spelling("; pass task= accordingly", f"; give --task {glue_kind}"), ".")
     if not examples:
         raise UserError(f"{path}: no examples" + (f" left after skipping {len(bad)} bad rows." if bad else "."))
+    warn_skipped(path, [b[0] for b in bad])
     report = dict(file=path, format=fmt, layout=layout, header=header, labeled=bool(labeled),
                   label_list=None if label_list is None else list(label_list), examples=len(examples),
                   skipped=len(bad), skipped_lines=[b[0] for b in bad], skipped_reasons=[b[1] for b in bad])
@@ -477,7 +534,7 @@ def read_squad(path, skip_bad_rows=False):
 
     def reject(where, reason):
         if not skip_bad_rows:
-            raise UserError(f"{path}: {where}: {reason} (skip_bad_rows=True skips such questions).")
+            raise UserError(f"{path}: {where}: {reason}", SKIP_QUESTIONS, ".")
         bad.append(f"{where}: {reason}")
 
     for i, entry in enumerate(data["data"]):
@@ -517,6 +574,7 @@ def read_squad(path, skip_bad_rows=False):
                                              plausible, f"{path}: {where}"))
     if not examples:
         raise UserError(f"{path}: no questions" + (f" left after skipping {len(bad)}." if bad else "."))
+    warn_skipped(path, bad, "questions", "")
     report = dict(file=path, examples=len(examples), impossible=sum(e.is_impossible for e in examples),
                   unanswered=sum(not e.is_impossible and not e.answers for e in examples),
                   skipped=len(bad), skipped_questions=bad)
@@ -564,7 +622,7 @@ def read_race(path_or_dir, num_choices=4, skip_bad_rows=False):
 
     def reject(where, reason):
         if not skip_bad_rows:
-            raise UserError(f"{where}: {reason} (skip_bad_rows=True skips it).")
+            raise UserError(f"{where}: {reason}", SKIP_IT, ".")
         bad.append(f"{where}: {reason}")
 
     for path in files:
@@ -608,6 +666,7 @@ def read_race(path_or_dir, num_choices=4, skip_bad_rows=False):
                                         f"{file_id}-{i}", where))
     if not examples:
         raise UserError(f"{path_or_dir}: no RACE questions" + (f" left after skipping {len(bad)}." if bad else "."))
+    warn_skipped(path_or_dir, bad, "questions", "")
     report = dict(files=len(files), examples=len(examples), cloze=sum("_" in e.question for e in examples),
                   skipped=len(bad), skipped_items=bad)
     return examples, report

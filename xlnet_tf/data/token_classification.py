@@ -52,8 +52,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from xlnet_tf.data.readers import _jsonl_records, _read_bytes, _split_lines
-from xlnet_tf.errors import UserError
+from xlnet_tf.data.readers import _jsonl_records, _read_bytes, _split_lines, skip_hint, warn_skipped
+from xlnet_tf.errors import Spelling, UserError
 from xlnet_tf.metrics import entity_chunks
 
 __all__ = ["IGNORE", "TokenExample", "read_conll", "read_token_jsonl", "read_token_examples", "token_label_list",
@@ -61,6 +61,7 @@ __all__ = ["IGNORE", "TokenExample", "read_conll", "read_token_jsonl", "read_tok
 
 IGNORE = -100  # label id of positions that are not scored (transformers' ignore_index)
 DOCSTART = "-DOCSTART-"
+SKIP_SENTENCES = skip_hint("such sentences")
 _FIELDS = re.compile(r"[ \t\r\f\v]+")  # CoNLL columns: runs of ASCII whitespace
 _ASCII_SPACE = " \t\r\f\v"
 
@@ -87,23 +88,25 @@ class _Collector:
 
     def reject(self, line, reason):
         if not self.skip:
-            raise UserError(f"{self.path}, line {line}: {reason} (skip_bad_rows=True skips such sentences).")
+            raise UserError(f"{self.path}, line {line}: {reason}", SKIP_SENTENCES, ".")
         self.bad.append((line, reason))
 
     def report(self, fmt, labeled, **extra):
         if not self.examples:
             raise UserError(f"{self.path}: no sentences"
                             + (f" left after skipping {len(self.bad)} bad ones." if self.bad else "."))
+        warn_skipped(self.path, [b[0] for b in self.bad], "sentences")
         return dict(file=self.path, format=fmt, labeled=bool(labeled), sentences=len(self.examples),
                     words=sum(len(e.words) for e in self.examples), **extra, skipped=len(self.bad),
                     skipped_lines=[b[0] for b in self.bad], skipped_reasons=[b[1] for b in self.bad])
 
 
 def _column(path, line, which, value, n):
+    name = Spelling(which, "--" + which.replace("_", "-"), hint=False)  # --tag-column; word_column has no flag
     if isinstance(value, bool) or not isinstance(value, int):
-        raise UserError(f"{which} must be a column number (0 = first, -1 = last), got {value!r}.")
+        raise UserError(name, f" must be a column number (0 = first, -1 = last), got {value!r}.")
     if not -n <= value < n:
-        raise UserError(f"{path}, line {line}: {which} {value} does not exist (the line has {n} columns).")
+        raise UserError(f"{path}, line {line}: ", name, f" {value} does not exist (the line has {n} columns).")
     return value % n
 
 
@@ -155,8 +158,8 @@ def read_conll(path, tag_column=-1, *, word_column=0, skip_bad_rows=False):
         if n_columns is None:  # the first word line decides the layout
             n = len(fields)
             if tag_column is not None and n < 2:
-                raise UserError(f"{path}, line {i}: one column, but lines need a word and a tag (`word ... tag`); "
-                                f"pass tag_column=None to read words without tags.")
+                raise UserError(f"{path}, line {i}: one column, but lines need a word and a tag (`word ... tag`)",
+                                Spelling("; pass tag_column=None to read words without tags"), ".")
             w_col = _column(path, i, "word_column", word_column, n)
             t_col = None if tag_column is None else _column(path, i, "tag_column", tag_column, n)
             if t_col == w_col:

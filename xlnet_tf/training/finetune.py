@@ -60,6 +60,9 @@ class FinetuneSetup:
     packing: "auto" (classification, regression, multi-label and RACE in one window: a step's examples packed
     into rows of a fixed width, `data.packing`, when a packed step computes at most the positions of the length
     strata's; the width is recorded and evaluate / predict pack too) or "none" (length strata only).
+    columns: classification, regression, multi-label: {"text_a" / "text_b" / "label": a TSV / CSV header name or
+    JSONL key, or a column number} (`readers.read_examples`' arguments); recorded for evaluate and predict.
+    skip_bad_rows: skip and count the bad rows (questions, sentences) of train_file and eval_file.
     """
 
     task: str
@@ -88,6 +91,8 @@ class FinetuneSetup:
     label_separator: str = ","
     tune_thresholds: bool = False
     packing: str = "auto"
+    columns: dict | None = None
+    skip_bad_rows: bool = False
 
     def __post_init__(self):
         from xlnet_tf.data.packing import parse_mode
@@ -153,35 +158,39 @@ class TaskData:
 
 def load_task_data(task, path, tokenizer, max_seq_len, label_list=None, is_training=False, doc_stride=128,
                    max_query_len=64, max_doc_len=None, tag_column=-1, label_all_pieces=False, labeled=True,
-                   label_separator=","):
+                   label_separator=",", columns=None, skip_bad_rows=False):
     """Reads `path` for `task` and builds its features with the one feature builder per task (long documents
     of up to `max_doc_len` tokens in segments of max_seq_len for classification, regression and race).
     Token classification: `tag_column` of CoNLL files, `label_all_pieces`; `labeled=False` reads only the
-    words (prediction input; a file's tags, if any, are not read). Multi-label: `label_separator`."""
+    words (prediction input; a file's tags, if any, are not read). Multi-label: `label_separator`. `columns`:
+    `FinetuneSetup.columns` (`labeled=False`: its label column is not read); `skip_bad_rows`: as the readers'."""
     from xlnet_tf.data import finetuning, readers
 
     if task == "token-classification":
         from xlnet_tf.data import token_classification as tc
 
-        examples, report = tc.read_token_examples(path, tag_column=tag_column if labeled else None)
+        examples, report = tc.read_token_examples(path, tag_column=tag_column if labeled else None,
+                                                  skip_bad_rows=skip_bad_rows)
         if not labeled:
             examples = [dataclasses.replace(e, tags=None) for e in examples]  # JSONL tags are not read either
         features, feature_report = tc.token_classification_features(
             examples, tokenizer, max_seq_len, label_list, doc_stride=doc_stride, label_all_pieces=label_all_pieces)
         return TaskData(examples, features, {**report, **feature_report})
     if task in ("classification", "regression", "multi-label"):
-        examples, report = readers.read_examples(path, task=task, label_separator=label_separator)
+        columns = {k: v for k, v in (columns or {}).items() if labeled or k != "label"}
+        examples, report = readers.read_examples(path, task=task, label_separator=label_separator,
+                                                 skip_bad_rows=skip_bad_rows, **columns)
         features, feature_report = finetuning.classification_features(examples, tokenizer, max_seq_len, label_list,
                                                                       max_doc_len=max_doc_len)
         return TaskData(examples, features, {**report, **feature_report})
     if task == "race":
-        examples, report = readers.read_race(path)
+        examples, report = readers.read_race(path, skip_bad_rows=skip_bad_rows)
         features, feature_report = finetuning.race_features(examples, tokenizer, max_seq_len,
                                                             max_qa_len=race_qa_len(max_seq_len),
                                                             max_doc_len=max_doc_len)
         return TaskData(examples, features, {**report, **feature_report})
     if task == "squad":
-        examples, report = readers.read_squad(path)
+        examples, report = readers.read_squad(path, skip_bad_rows=skip_bad_rows)
         features, feature_report = finetuning.squad_features(
             examples, tokenizer, max_seq_len, doc_stride, max_query_len, is_training=is_training
         )
@@ -339,7 +348,8 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
     train = load_task_data(setup.task, setup.train_file, tokenizer, setup.max_seq_len, is_training=True,
                            doc_stride=setup.stride, max_query_len=setup.max_query_len, max_doc_len=setup.doc_len,
                            tag_column=setup.tag_column, label_all_pieces=setup.label_all_pieces,
-                           label_separator=setup.label_separator)
+                           label_separator=setup.label_separator, columns=setup.columns,
+                           skip_bad_rows=setup.skip_bad_rows)
     rows = len(train.features["input_ids"])
     if rows == 0:
         raise UserError(f"{setup.train_file}: no training examples")
@@ -352,6 +362,8 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
     }
     if setup.task in ("classification", "regression", "multi-label"):
         finetune_config["pairs"] = bool(train.report.get("pairs", 0))
+        if setup.columns:  # evaluate and predict read their files' columns the same way
+            finetune_config["columns"] = dict(setup.columns)
     if setup.task in ("classification", "token-classification", "multi-label"):
         labels = train.report["label_list"]
         finetune_config.update(num_labels=len(labels), label_names=[str(label) for label in labels])
@@ -414,12 +426,14 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
     results = None
     if setup.eval_file and not trainer.stopped_by_signal:
         if setup.tune_thresholds and setup.task == "multi-label":
-            data, outputs = _infer(trainer.model, finetune_config, setup.eval_file, tokenizer, 32, strategy)
+            data, outputs = _infer(trainer.model, finetune_config, setup.eval_file, tokenizer, 32, strategy,
+                                   skip_bad_rows=setup.skip_bad_rows)
             finetune_config["thresholds"] = metrics.tune_thresholds(data.features["label_ids"],
                                                                     _sigmoid(outputs["logits"]))
             files.write_json(files.join(setup.model_dir, FINETUNE_FILE), finetune_config)
             log.info("thresholds tuned on %s: %s", setup.eval_file, finetune_config["thresholds"])
-        results = evaluate_model(trainer.model, finetune_config, setup.eval_file, tokenizer, strategy=strategy)
+        results = evaluate_model(trainer.model, finetune_config, setup.eval_file, tokenizer, strategy=strategy,
+                                 skip_bad_rows=setup.skip_bad_rows)
         files.write_json(files.join(setup.model_dir, EVAL_FILE), results, sort_keys=False)
     return trainer, records, results
 
@@ -675,7 +689,7 @@ def _predictions(task, data, outputs, finetune_config):
     return [{"label": names[i], "label_id": int(i), "probabilities": p.tolist()} for i, p in zip(ids, probs)], None, None
 
 
-def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None, labeled=True):
+def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None, labeled=True, skip_bad_rows=False):
     """(TaskData, model outputs) for a file, built as the fine-tuned model's config says (`labeled=False`:
     a prediction input, for token classification its words only)."""
     doc_len = config_doc_len(finetune_config)
@@ -687,7 +701,8 @@ def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None, l
                           max_query_len=finetune_config.get("max_query_len", 64), max_doc_len=doc_len,
                           tag_column=finetune_config.get("tag_column", -1),
                           label_all_pieces=finetune_config.get("label_all_pieces", False), labeled=labeled,
-                          label_separator=finetune_config.get("label_separator", ","))
+                          label_separator=finetune_config.get("label_separator", ","),
+                          columns=finetune_config.get("columns"), skip_bad_rows=skip_bad_rows)
     boundaries = finetune_config.get("bucket_boundaries")
     if boundaries is not None and boundaries[-1] != data.features["input_ids"].shape[-1]:  # buckets end at the rows
         boundaries = None
@@ -697,10 +712,11 @@ def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None, l
                            packed_width=packed["width"] if packed else None)
 
 
-def evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size=32, strategy=None):
+def evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size=32, strategy=None, skip_bad_rows=False):
     """Task metrics of `model` on `eval_file` (under `strategy`, when given: see `run_model`)."""
     task = finetune_config["task"]
-    data, outputs = _infer(model, finetune_config, eval_file, tokenizer, batch_size, strategy)
+    data, outputs = _infer(model, finetune_config, eval_file, tokenizer, batch_size, strategy,
+                           skip_bad_rows=skip_bad_rows)
     if task == "squad":
         _, answers, null = _predictions(task, data, outputs, finetune_config)
         results = metrics.squad_evaluate(data.raw, answers, na_probs=null)
@@ -736,20 +752,21 @@ def load_for_inference(model_dir, strategy=None):
     return model, finetune_config, tokenizer
 
 
-def evaluate(model_dir, eval_file, batch_size=32, strategy=None):
+def evaluate(model_dir, eval_file, batch_size=32, strategy=None, skip_bad_rows=False):
     """`xlnet-tf evaluate`: metrics of a fine-tuned model directory on a labelled file (under `strategy`: see
-    `run_model`)."""
+    `run_model`; `skip_bad_rows`: skip and count the file's bad rows)."""
     model, finetune_config, tokenizer = load_for_inference(model_dir, strategy)
-    return evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size, strategy)
+    return evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size, strategy, skip_bad_rows)
 
 
-def predict(model_dir, input_file, output_file, batch_size=32, strategy=None):
+def predict(model_dir, input_file, output_file, batch_size=32, strategy=None, skip_bad_rows=False):
     """`xlnet-tf predict`: JSONL predictions; SQuAD writes the official {id: answer} JSON and, beside it,
     `<output>.null_odds.json` ({id: null score}, for SQuAD 2.0's threshold). Under `strategy`: see
-    `run_model`."""
+    `run_model`; `skip_bad_rows`: skip the input's bad rows, which then have no prediction)."""
     model, finetune_config, tokenizer = load_for_inference(model_dir, strategy)
     task = finetune_config["task"]
-    data, outputs = _infer(model, finetune_config, input_file, tokenizer, batch_size, strategy, labeled=False)
+    data, outputs = _infer(model, finetune_config, input_file, tokenizer, batch_size, strategy, labeled=False,
+                           skip_bad_rows=skip_bad_rows)
     rows, answers, null = _predictions(task, data, outputs, finetune_config)
     if task == "squad":
         files.write_text(output_file, json.dumps(answers, ensure_ascii=False, indent=1))
