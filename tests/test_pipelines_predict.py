@@ -371,8 +371,8 @@ def test_bad_predict_flags_name_them(tmp_path, capsys):
     from xlnet_tf.cli import main
 
     (tmp_path / "x.jsonl").write_text("{}\n")  # exists: the flags are checked, not the path
-    code = main(["predict", "--model-dir", str(tmp_path), "--input", str(tmp_path / "x.jsonl"), "--output", "y",
-                 "--runner", "DirectRunner"])
+    code = main(["predict", "--model-dir", str(tmp_path), "--input", str(tmp_path / "x.jsonl"), "--output",
+                 str(tmp_path / "y"), "--runner", "DirectRunner"])
     err = capsys.readouterr().err
     with capsys.disabled():
         print(err.strip())
@@ -380,7 +380,7 @@ def test_bad_predict_flags_name_them(tmp_path, capsys):
     for argv, wanted in ([[], "one of the arguments --model-dir --export-dir is required"],
                          [["--model-dir", "m", "--export-dir", "e"], "not allowed with argument"]):
         with pytest.raises(SystemExit) as exit_info:
-            main(["predict", *argv, "--input", "x", "--output", "y"])
+            main(["predict", *argv, "--input", "x", "--output", str(tmp_path / "y")])
         err = capsys.readouterr().err.strip().splitlines()[-1]
         with capsys.disabled():
             print(err)
