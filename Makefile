@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
 
-.PHONY: demo test venv golden benchmark clean
+.PHONY: demo test venv docs golden benchmark clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link or a page missing from the nav fails.
+# docs/cli.md is generated: `$(BIN)/python docs/gen_cli.py` after changing a command's flags.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
 
 # Regenerates and checks the transformers golden fixtures (needs torch + transformers; see tests/fixtures/README.md).
 golden:
@@ -40,4 +45,4 @@ benchmark: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/xlnet-tf benchmark --output-dir benchmark_results
 
 clean:
-	rm -rf $(VENV) .venv-ref $(BENCH_VENV) build *.egg-info
+	rm -rf $(VENV) .venv-ref $(BENCH_VENV) build *.egg-info site
