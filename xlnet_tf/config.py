@@ -188,3 +188,9 @@ class RunOptions:
         defaults = RunOptions()
         return {name: getattr(self, name) for name in RECORDED_RUN_OPTIONS
                 if getattr(self, name) != getattr(defaults, name)}
+
+
+def head_run_options(recorded):
+    """Recorded run options (a dict) -> (those a head model computes with: HEAD_RUN_OPTIONS, the others)."""
+    kept = {k: v for k, v in recorded.items() if k in HEAD_RUN_OPTIONS}
+    return kept, {k: v for k, v in recorded.items() if k not in HEAD_RUN_OPTIONS}

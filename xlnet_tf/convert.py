@@ -21,7 +21,7 @@ import typing
 import numpy as np
 
 from xlnet_tf import files
-from xlnet_tf.config import ATTN_TYPES, HEAD_RUN_OPTIONS, ConfigError, RunOptions, XLNetConfig
+from xlnet_tf.config import ATTN_TYPES, ConfigError, RunOptions, XLNetConfig, head_run_options
 from xlnet_tf.errors import Spelling, UserError
 
 log = logging.getLogger(__name__)
@@ -585,7 +585,7 @@ def _head_run_options(run_options, source, unused):
     """The run options a converted head model records (HEAD_RUN_OPTIONS): bi_data goes to `unused` (a head
     model's rows are read forward whatever their place in a batch), mem_len / reuse_len are logged (a head
     returns no memory, so they change none of its outputs)."""
-    kept = {k: v for k, v in run_options.items() if k in HEAD_RUN_OPTIONS}
+    kept, _ = head_run_options(run_options)
     if run_options.get("bi_data"):
         unused.append(Unused("config.json bi_data = True", "transformers then reads the second half of every batch "
                              "with backward relative positions, so a row's outputs depend on its place in the batch; "

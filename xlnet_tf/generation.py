@@ -70,7 +70,7 @@ GENERATION_RUN_OPTIONS = {"attn_type": "bi", "bi_data": False}
 
 def check_generation_model(run_options):
     """Refuses run options that generation cannot run with (GENERATION_RUN_OPTIONS)."""
-    if run_options.attn_type != "bi" or run_options.bi_data:
+    if any(getattr(run_options, name) != value for name, value in GENERATION_RUN_OPTIONS.items()):
         raise ConfigError("generation needs RunOptions(attn_type='bi', bi_data=False) (same_length changes only "
                           f"'uni' masks), got attn_type={run_options.attn_type!r}, bi_data={run_options.bi_data}, "
                           f"same_length={run_options.same_length}")

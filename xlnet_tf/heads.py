@@ -21,7 +21,7 @@ import logging
 import os
 import tempfile
 
-from xlnet_tf.config import HEAD_RUN_OPTIONS, ConfigError, RunOptions, XLNetConfig
+from xlnet_tf.config import HEAD_RUN_OPTIONS, ConfigError, RunOptions, XLNetConfig, head_run_options
 from xlnet_tf.layers.dropout import Dropout
 from xlnet_tf import files
 from xlnet_tf.model import (RUN_OPTIONS_FILE, XLNetModel, _from_config, _read_config, _restore, _write_pretrained,
@@ -446,13 +446,6 @@ def head_arguments(finetune_config):
     if finetune_config.get("long_doc") == "memory":
         head.update(segment_len=finetune_config["max_seq_len"], mem_len=finetune_config["mem_len"])
     return head
-
-
-def head_run_options(recorded):
-    """Recorded run options (a dict) -> (those a head model computes with: config.HEAD_RUN_OPTIONS, the
-    others)."""
-    kept = {k: v for k, v in recorded.items() if k in HEAD_RUN_OPTIONS}
-    return kept, {k: v for k, v in recorded.items() if k not in HEAD_RUN_OPTIONS}
 
 
 def finetune_run_options(init_checkpoint, **run_options):
