@@ -30,6 +30,12 @@ def _convert(args):
     print(f"wrote {args.out}")
 
 
+def _sample_data(args):
+    from xlnet_tf.sample_data import write_sample
+
+    print(write_sample(args.task, args.output_dir, seed=args.seed))
+
+
 def _train_spm(args):
     from xlnet_tf.tokenization import train_spm
 
@@ -456,6 +462,17 @@ def build_parser():
 
     parser = Parser(prog="xlnet-tf", description="XLNet on Keras 3 / TensorFlow 2.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    from xlnet_tf.sample_data import SAMPLES
+
+    sample = commands.add_parser("sample-data", help="write a small dataset made from Python's bundled documentation: "
+                                                     "a corpus or a task's train and dev files (nothing downloaded)")
+    sample.add_argument("--task", required=True, choices=sorted(SAMPLES),
+                        help="corpus (corpus.txt for train-spm / create-pretraining-data) or a finetune --task's "
+                             "train and dev files in its usual format (TSV, SQuAD JSON, RACE JSON files, CoNLL)")
+    sample.add_argument("--output-dir", required=True, metavar="DIR", help="the folder to write into (created)")
+    sample.add_argument("--seed", type=int, default=0, help="the shuffle of the train / dev split")
+    sample.set_defaults(run=_sample_data)
 
     spm = commands.add_parser("train-spm", help="train a SentencePiece model with XLNet's special ids and rules")
     spm.add_argument("--input", nargs="+", required=True, metavar="FILE", help="plain-text files, one sentence per line")

@@ -13,9 +13,12 @@ import dataclasses
 import json
 import logging
 import os
-import random
-import re
 import time
+
+# The data makers moved to xlnet_tf.sample_data; their names stay importable from here (the README's
+# Quickstart used `from xlnet_tf.demo import write_corpus, write_classification_task` until `xlnet-tf sample-data`).
+from xlnet_tf.sample_data import (  # noqa: F401
+    documentation_paragraphs, write_classification_task, write_corpus, write_qa_task)
 
 log = logging.getLogger(__name__)
 
@@ -36,74 +39,6 @@ FULL = DemoSize(vocab_size=2000, seq_len=128, reuse_len=64, pretrain_steps=500, 
 QUICK = DemoSize(vocab_size=1000, seq_len=64, reuse_len=32, pretrain_steps=150, classify_steps=150, qa_steps=300,
                  batch_size=16)
 TINY_CONFIG = dict(d_model=64, n_layer=3, n_head=4, d_head=16, d_inner=256)
-
-
-def documentation_paragraphs():
-    """(topic, paragraph text, is_indented) for every paragraph of CPython's bundled documentation topics."""
-    import pydoc_data.topics
-
-    for topic, text in sorted(pydoc_data.topics.topics.items()):
-        for paragraph in re.split(r"\n\s*\n", text):
-            lines = [line for line in paragraph.split("\n") if line.strip()]
-            if lines and not set(lines[-1].strip()) <= set("*=-"):
-                yield topic, " ".join(" ".join(lines).split()), all(line.startswith("   ") for line in lines)
-
-
-def write_corpus(path):
-    """One paragraph per line, a blank line between topics (the create-pretraining-data input format)."""
-    current = None
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        for topic, paragraph, _ in documentation_paragraphs():
-            if current is not None and topic != current:
-                f.write("\n")
-            current = topic
-            f.write(paragraph + "\n")
-    os.replace(path + ".tmp", path)
-
-
-def write_classification_task(directory, seed=0):
-    """code (indented paragraphs: grammar, examples) vs prose; balanced train/dev TSVs."""
-    rng = random.Random(seed)
-    rows = [(p, "code" if code else "prose") for _, p, code in documentation_paragraphs() if len(p.split()) >= 4]
-    code = [r for r in rows if r[1] == "code"]
-    prose = [r for r in rows if r[1] == "prose"]
-    rng.shuffle(code)
-    rng.shuffle(prose)
-    n = min(len(code), len(prose))
-    rows = code[:n] + prose[:n]
-    rng.shuffle(rows)
-    split = int(len(rows) * 0.8)
-    for name, part in (("train.tsv", rows[:split]), ("dev.tsv", rows[split:])):
-        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
-            f.write("sentence\tlabel\n")
-            for text, label in part:
-                f.write(f"{text.replace(chr(9), ' ')}\t{label}\n")
-    return len(rows[:split]), len(rows[split:])
-
-
-def write_qa_task(directory, seed=0, max_words=60):
-    """SQuAD-style JSON over prose paragraphs that quote names ("assert", "__init__()", ...): "which name is
-    quoted first" and, when there are several, "which name is quoted last"; the answer is the quoted text."""
-    rng = random.Random(seed)
-    articles = []
-    for topic, paragraph, code in documentation_paragraphs():
-        context = " ".join(paragraph.split()[:max_words])
-        quoted = list(re.finditer(r'"([^"]{1,40})"', context))
-        if code or not quoted:
-            continue
-        qas = [(f"{topic}-{len(articles)}-first", "which name is quoted first", quoted[0])]
-        if len(quoted) > 1 and quoted[-1].group(1) != quoted[0].group(1):
-            qas.append((f"{topic}-{len(articles)}-last", "which name is quoted last", quoted[-1]))
-        articles.append({"title": topic, "paragraphs": [{"context": context, "qas": [
-            {"id": qid, "question": question, "answers": [{"text": m.group(1), "answer_start": m.start(1)}]}
-            for qid, question, m in qas]}]})
-    rng.shuffle(articles)
-    split = int(len(articles) * 0.85)
-    for name, part in (("train.json", articles[:split]), ("dev.json", articles[split:])):
-        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
-            json.dump({"version": "demo", "data": part}, f)
-    count = lambda part: sum(len(a["paragraphs"][0]["qas"]) for a in part)  # noqa: E731
-    return count(articles[:split]), count(articles[split:])
 
 
 def _done(path):
