@@ -1,7 +1,7 @@
 """The documentation stays true: README.md is a short landing page, every relative link in README.md and docs/
 resolves (files and #anchors), the MkDocs site builds with --strict, docs/cli.md is what docs/gen_cli.py writes
 from the parser now, and every `xlnet-tf ...` command line shown in README.md, docs/ and serving/README.md parses
-with the current parser (nothing runs). The Quickstart itself runs in tests/test_quickstart.py.
+with the current parser (nothing runs). The Quickstart itself runs in tests/test_guides.py.
 
 Cheap: no TensorFlow, one `mkdocs build` (a few seconds).
 """

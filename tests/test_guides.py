@@ -1,16 +1,21 @@
-"""README.md's Quickstart, run as written: its ```sh blocks under "## Quickstart", in order, in one bash process
-(`set -euo pipefail`) whose working directory is a temporary folder, with the virtualenv's `xlnet-tf` and
-`python` first on PATH. The blocks end with a served answer: the last one starts `xlnet-tf serve` in the
-background, queries it and stops it. The ports the README names (8500, 8501) are swapped for free ones, so that
-the test never meets another server. Whatever happens, the whole process group is killed at the end.
+"""The README's Quickstart and every guide's "Try it" section, run as written.
 
-Checked: every block ran, the query printed one label per text, the server stopped on the README's own `kill`,
-and the dev accuracy reached the bound the README states ("requires dev accuracy >= X"), parsed from the README
-so that text and test cannot drift.
+The Quickstart: its ```sh blocks under "## Quickstart", in order, in one bash process (`set -euo pipefail`)
+whose working directory is a temporary folder (the repository root's stand-in, with `tests/` linked in), with
+the virtualenv's `xlnet-tf` and `python` first on PATH. The blocks end with a served answer: the last one starts
+`xlnet-tf serve` in the background, queries it and stops it. Checked: every block ran, the query printed one
+label per text, the server stopped on the README's own `kill`, and the dev accuracy reached the bound the README
+states ("requires dev accuracy >= X"), parsed from the README so that text and test cannot drift.
+
+The guides: each page of docs/guides has a "## Try it" section whose ```sh blocks (and ```python blocks, run
+with the venv's python) continue in the Quickstart's `quickstart` folder, one bash process per guide, in the
+order of TOUR (a guide may use what an earlier one wrote, as its text says). Every guide is in TOUR or in
+NOT_RUN with the reason. Checked per guide: exit status 0 and what its text says it writes. The ports the docs
+name (8500, 8501) are swapped for free ones, so that no run meets another server.
 """
-
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -24,6 +29,21 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 TIMEOUT_S = 900  # the README promises well under 15 minutes on 2 CPU cores
+GUIDES = os.path.join(ROOT, "docs", "guides")
+
+# The guides' "Try it" sections in the order they run (later ones use what earlier ones wrote).
+TOUR = ["tokenizer-and-data.md", "pretraining.md", "generation.md", "weights.md", "python-api.md",
+        "fine-tuning/classification.md", "fine-tuning/long-documents.md", "fine-tuning/squad.md",
+        "fine-tuning/race.md", "fine-tuning/token-classification.md", "recompute.md", "export.md", "precision.md",
+        "serving.md", "beam.md"]
+# Guides without a "Try it", and why.
+NOT_RUN = {
+    "cloud-tpu.md": "needs a Cloud TPU and a gs:// bucket; its commands are the other guides' with --strategy tpu "
+                    "(the TPU strategy is tested in tests/test_strategies_tpu.py)",
+    "fine-tuning/index.md": "the overview of the task pages; its recipe is classification's, run there",
+    "fine-tuning/batching.md": "explains --bucket-boundaries and --packing, whose defaults (auto) every "
+                               "fine-tuning run above uses",
+}
 
 
 def check(label, value, bound, ok):
@@ -74,31 +94,25 @@ def _group_alive(pgid):
     return any(state and not state.startswith("Z") for state in members.split())
 
 
-@pytest.fixture(scope="module")
-def quickstart(tmp_path_factory):
-    """Runs the Quickstart once -> dict(returncode, output, folder (its working directory), seconds, blocks,
-    left_running)."""
-    work = tmp_path_factory.mktemp("quickstart")
-    blocks = shell_blocks(quickstart_section(readme()))
-    grpc, rest = free_port(), free_port()
-    script = "set -euo pipefail\n" + "\n".join(
-        block.replace("8500", str(grpc)).replace("8501", str(rest)) for block in blocks)
-    (work / "quickstart.sh").write_text(script, encoding="utf-8")
+def run_script(script, folder, name, timeout):
+    """Runs `script` with bash (`set -euo pipefail`) in `folder`, in its own process group, with the virtualenv's
+    `xlnet-tf` and `python` first on PATH -> dict(returncode, output, seconds, left_running). Whatever happens,
+    the whole process group is killed at the end."""
+    (folder / f"{name}.sh").write_text("set -euo pipefail\n" + script, encoding="utf-8")
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-               TMPDIR=str(work), PYTHONUNBUFFERED="1")
+               TMPDIR=str(folder), PYTHONUNBUFFERED="1")
     env.pop("PYTHONPATH", None)
     began = time.monotonic()
-    process = subprocess.Popen(["bash", str(work / "quickstart.sh")], cwd=work, env=env, stdout=subprocess.PIPE,
+    process = subprocess.Popen(["bash", str(folder / f"{name}.sh")], cwd=folder, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    left_running = False
     try:
-        output, _ = process.communicate(timeout=TIMEOUT_S)
+        output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         output, _ = process.communicate()
-        output += f"\n[killed after {TIMEOUT_S} s]"
+        output += f"\n[killed after {timeout} s]"
     finally:
-        deadline = time.monotonic() + 30  # the README's `kill $!` asks the server to stop; give it time
+        deadline = time.monotonic() + 30  # a script's `kill $!` asks its server to stop; give it time
         while _group_alive(process.pid) and time.monotonic() < deadline:
             time.sleep(0.5)
         left_running = _group_alive(process.pid)
@@ -109,9 +123,25 @@ def quickstart(tmp_path_factory):
                 break
             time.sleep(1)
     seconds = time.monotonic() - began
-    print(f"\nQuickstart ({len(blocks)} blocks) took {seconds:.0f} s; its output:\n{output}")
-    return dict(returncode=process.returncode, output=output, folder=work, seconds=seconds,
-                blocks=blocks, left_running=left_running)
+    print(f"\n{name} took {seconds:.0f} s; its output:\n{output}")
+    return dict(returncode=process.returncode, output=output, seconds=seconds, left_running=left_running)
+
+
+def with_free_ports(script):
+    """The ports the docs name (gRPC 8500, REST 8501) swapped for free ones, so a run never meets another server."""
+    grpc, rest = free_port(), free_port()
+    return script.replace("8500", str(grpc)).replace("8501", str(rest))
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory):
+    """Runs the Quickstart once -> dict(returncode, output, folder (its working directory, the repository root's
+    stand-in), seconds, blocks, left_running)."""
+    work = tmp_path_factory.mktemp("quickstart")
+    (work / "tests").symlink_to(os.path.join(ROOT, "tests"))  # the weights guide converts a test fixture
+    blocks = shell_blocks(quickstart_section(readme()))
+    result = run_script(with_free_ports("\n".join(blocks)), work, "quickstart", TIMEOUT_S)
+    return dict(result, folder=work, blocks=blocks)
 
 
 def test_the_quickstart_has_its_steps():
@@ -142,3 +172,116 @@ def test_the_classifier_reaches_the_stated_accuracy(quickstart):
     check("dev accuracy (chance 0.5)", round(accuracy, 4), f">= {bound} (the README's)", accuracy >= bound)
     exports = sorted(quickstart["folder"].rglob("saved_model.pb"))
     check("exports (saved_model.pb)", len(exports), ">= 1", len(exports) >= 1)
+
+
+def try_it_blocks(guide):
+    """The ```sh and ```python blocks of `guide`'s "## Try it" section, as bash lines, in order."""
+    with open(os.path.join(GUIDES, guide), encoding="utf-8") as f:
+        text = f.read()
+    start = text.find("\n## Try it\n")
+    if start < 0:
+        return []
+    end = text.find("\n## ", start + 1)
+    section = text[start:end if end >= 0 else len(text)]
+    blocks = []
+    for m in re.finditer(r"^```(sh|python)\n(.*?)^```$", section, flags=re.S | re.M):
+        blocks.append(m.group(2) if m.group(1) == "sh" else f"python - <<'PYTHON'\n{m.group(2)}PYTHON\n")
+    return blocks
+
+
+def every_guide():
+    return sorted(os.path.relpath(p, GUIDES) for p in glob.glob(os.path.join(GUIDES, "**", "*.md"), recursive=True))
+
+
+@pytest.fixture(scope="module")
+def tour(quickstart):
+    """Runs each TOUR guide's blocks in the Quickstart's folder -> {guide: dict(returncode, output, seconds,
+    left_running)}."""
+    assert quickstart["returncode"] == 0, "the Quickstart failed; the guides continue from its files"
+    folder = quickstart["folder"] / "quickstart"
+    results = {}
+    for guide in TOUR:
+        script = with_free_ports("\n".join(try_it_blocks(guide)))
+        results[guide] = run_script(script, folder, "guide-" + guide.replace("/", "-")[:-3], TIMEOUT_S)
+    print("seconds per guide: " + ", ".join(f"{g} {r['seconds']:.0f}" for g, r in results.items()))
+    return dict(results, folder=folder)
+
+
+def test_every_guide_runs_its_try_it_or_says_why_not():
+    for guide in every_guide():
+        blocks = try_it_blocks(guide)
+        if guide in NOT_RUN:
+            check(f"{guide}: not run ({NOT_RUN[guide]}); Try it blocks", len(blocks), "0", not blocks)
+        else:
+            check(f"{guide}: in the tour, Try it blocks", (guide in TOUR, len(blocks)), "(True, >= 1)",
+                  guide in TOUR and len(blocks) >= 1)
+    check("the tour names only guides that exist", sorted(set(TOUR) - set(every_guide())), "[]",
+          set(TOUR) <= set(every_guide()))
+
+
+def _lines(path):
+    with open(path, encoding="utf-8") as f:
+        return [line for line in f if line.strip()]
+
+
+def _json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _records(folder):
+    import tensorflow as tf
+
+    return sorted(bytes(r.numpy()) for r in tf.data.TFRecordDataset(sorted(glob.glob(str(folder / "*.tfrecord*")))))
+
+
+# What each guide's text says its lines produce, checked in the Quickstart's folder after they ran.
+def _expectations(folder, output):
+    return {
+        "tokenizer-and-data.md": [("data/metadata.json seq_len", lambda: _json(folder / "data/metadata.json")
+                                   ["seq_len"], 64)],
+        "pretraining.md": [("pretrained/ files", lambda: sorted(
+            n for n in ("xlnet_config.json", "spiece.model", "checkpoints", "training_curve.png")
+            if (folder / "pretrained" / n).exists()), ["checkpoints", "spiece.model", "training_curve.png",
+                                                       "xlnet_config.json"])],
+        "generation.md": [("lines with prompt|continuation", lambda: len(re.findall(r"^The for statement\u2502",
+                                                                                   output, flags=re.M)), 1)],
+        "weights.md": [("converted/xlnet_config.json", lambda: (folder / "converted/xlnet_config.json").exists(),
+                        True)],
+        "python-api.md": [("printed shapes", lambda: "'sequence_output': (2, " in output, True)],
+        "fine-tuning/classification.md": [
+            ("evaluate's lines with the dev metrics", lambda: len(re.findall(r'^  "examples": 333,?$', output,
+                                                                              flags=re.M)), 1),
+            ("dev-predictions.jsonl lines", lambda: len(_lines(folder / "dev-predictions.jsonl")), 333)],
+        "fine-tuning/long-documents.md": [("long_doc, max_doc_len recorded", lambda: tuple(
+            _json(folder / "long-documents/finetune_config.json")[k] for k in ("long_doc", "max_doc_len")),
+            ("memory", 128))],
+        "fine-tuning/squad.md": [("squad-predictions.json answers", lambda: len(
+            _json(folder / "squad-predictions.json")), 176)],
+        "fine-tuning/race.md": [("race-model/eval_results.json examples", lambda: _json(
+            folder / "race-model/eval_results.json")["examples"], 56)],
+        "fine-tuning/token-classification.md": [("names-model/eval_results.json sentences", lambda: _json(
+            folder / "names-model/eval_results.json")["sentences"], 174)],
+        "recompute.md": [("recomputed/train_log.jsonl last step", lambda: json.loads(_lines(
+            folder / "recomputed/train_log.jsonl")[-1])["step"], 5)],
+        "export.md": [("exports/encoder/1/saved_model.pb", lambda: (folder / "exports/encoder/1/saved_model.pb")
+                       .exists(), True),
+                      ("the loaded export answered probabilities", lambda: "'probabilities'" in output, True)],
+        "precision.md": [("exports/docs-bfloat16/1 precision", lambda: _json(
+            folder / "exports/docs-bfloat16/1/assets.extra/xlnet_export.json")["precision"], "bfloat16")],
+        "serving.md": [("Classify answer lines", lambda: len(re.findall(r"^\[0\] .*: (code|prose)", output,
+                                                                         flags=re.M)), 1),
+                       ("REST predictions", lambda: '"predictions"' in output, True)],
+        "beam.md": [("Beam's records equal the records of tokenizer-and-data", lambda: _records(
+            folder / "data-beam") == _records(folder / "data"), True)],
+    }
+
+
+@pytest.mark.parametrize("guide", TOUR)
+def test_the_guide_runs_as_written(tour, guide):
+    result = tour[guide]
+    check(f"{guide}: exit status", result["returncode"], "0", result["returncode"] == 0)
+    check(f"{guide}: nothing left running", not result["left_running"], True, not result["left_running"])
+    for label, value, want in _expectations(tour["folder"], result["output"])[guide]:
+        got = value()
+        check(f"{guide}: {label}", got, want, got == want)
