@@ -11,7 +11,6 @@ from google.protobuf import struct_pb2
 from tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
-    get_model_status_pb2,
     inference_pb2,
     model_management_pb2,
     model_service_pb2_grpc,
@@ -24,11 +23,10 @@ from . import errors, inference
 from .deadline import Deadline
 from .methods import (CLASSIFY_METHOD, DEFAULT_SIGNATURE, EXPORT_METADATA_FIELD, EXPORT_METADATA_FILE,
                       REGRESS_METHOD, SIGNATURE_DEF_FIELD)
+from .status import status_response
 from .tensors import from_ndarray, to_ndarray
 
 log = logging.getLogger("xlnet_tf.serving")
-
-_STATE = get_model_status_pb2.ModelVersionStatus.State
 
 
 def _spec(model_spec):
@@ -188,21 +186,6 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
             return model_management_pb2.ReloadConfigResponse()
 
         return _answered(self.core, context, "reload_config", "", run)
-
-
-def status_response(core, name, version=None, label=None):
-    if not name:
-        raise errors.invalid_argument("Missing ModelSpec")
-    response = get_model_status_pb2.GetModelStatusResponse()
-    for number, state, error in core.status(name, version, label):
-        entry = response.model_version_status.add()
-        entry.version = number
-        entry.state = _STATE.Value(state)
-        entry.status.SetInParent()  # error_code OK / "" are printed, as tensorflow_model_server does
-        if error is not None:
-            entry.status.error_code = error.code.value[0]
-            entry.status.error_message = error.message
-    return response
 
 
 def add_services(server, core, options):

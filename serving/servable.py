@@ -29,7 +29,7 @@ import numpy as np
 from . import errors, inference
 from .deadline import NONE
 from .methods import CLASSIFY_METHOD, DEFAULT_SIGNATURE, PREDICT_METHOD, REGRESS_METHOD
-from .tensors import dtype_name, numpy_dtype, shape_of, to_ndarray
+from .tensors import dtype_name, dtype_of, numpy_dtype, shape_of, to_ndarray
 
 log = logging.getLogger("xlnet_tf.serving")
 
@@ -180,7 +180,7 @@ class Servable:
     def _check_input(self, signature_name, signature, alias, info, array):
         dtype = info.dtype
         np_dtype = numpy_dtype(dtype)
-        got = _dtype_of(array)
+        got = dtype_of(array)
         if got != dtype:
             raise errors.invalid_argument(
                 f"input '{alias}' of signature {signature_name!r} expects {dtype_name(dtype)} but the "
@@ -317,14 +317,6 @@ class Servable:
                         "regress_log",
                         self.name, self.version, skipped)
         return self.warmup_requests_run
-
-
-def _dtype_of(array):
-    from .tensors import _FROM_NUMPY
-
-    if array.dtype == object or array.dtype.kind in "SU":
-        return 7  # DT_STRING
-    return _FROM_NUMPY.get(array.dtype)
 
 
 def _common_rows(inputs):

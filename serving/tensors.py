@@ -34,6 +34,14 @@ _FIELD = {
 _FROM_NUMPY = {np.dtype(v): k for k, v in _NUMPY.items() if v is not np.object_}
 
 
+def dtype_of(array):
+    """The DataType enum of a numpy array's dtype (DT_STRING for bytes, str and object arrays), or None when
+    TensorFlow has no such type."""
+    if array.dtype == object or array.dtype.kind in "SU":
+        return DT.DT_STRING
+    return _FROM_NUMPY.get(array.dtype)
+
+
 def dtype_name(dtype: int) -> str:
     try:
         return DT.Name(dtype)

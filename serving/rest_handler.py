@@ -1,0 +1,217 @@
+"""TensorFlow Serving's REST API: routing and the API handler (`RestHandler`), over the ServerCore and the JSON
+codec (rest_json.py), served by http_server.py (one event-loop thread and a fixed pool of worker threads).
+
+    GET  /v1/models/NAME[/versions/N|/labels/L]            model status (GetModelStatusResponse as JSON)
+    GET  /v1/models/NAME[/versions/N|/labels/L]/metadata   model metadata (GetModelMetadataResponse as JSON)
+    GET  <prometheus path>                                 Prometheus metrics, with a monitoring config
+    POST /v1/models/NAME[/versions/N|/labels/L]:predict    {"signature_name"?, "instances" | "inputs"}
+    POST /v1/models/NAME[/versions/N|/labels/L]:classify   {"signature_name"?, "context"?, "examples"}
+    POST /v1/models/NAME[/versions/N|/labels/L]:regress    (the same)
+    OPTIONS /v1/...                                        CORS preflight
+
+Row format ("instances") answers {"predictions": ...}, columnar ("inputs") answers {"outputs": ...}, with
+the name omitted when there is a single input/output, as the REST API doc specifies. :classify answers
+{"results": [[[label, score], ...] per example]}, :regress {"results": [value per example]} (examples as
+JSON objects of features: see `inference.example_from_json`). Errors answer {"error": "..."} with
+TensorFlow Serving's HTTP status for the canonical code (`errors.HTTP_STATUS`, its http_server.cc
+ToHTTPStatusCode: 400 INVALID_ARGUMENT and FAILED_PRECONDITION, 404 NOT_FOUND, 429 RESOURCE_EXHAUSTED,
+500 INTERNAL, 501 UNIMPLEMENTED, 503 UNAVAILABLE, 504 DEADLINE_EXCEEDED).
+
+Paths follow TensorFlow Serving's http_rest_api_util.cc: everything under /v1/ (case-insensitive) goes to
+the API, anything else is 404. Under /v1/, POST must match
+`/v1/models/NAME[/versions/DIGITS|/labels/LABEL]:(predict|classify|regress)` and GET
+`/v1/models[/NAME][/versions/DIGITS|/labels/LABEL][/metadata]` (NAME and LABEL: no '/' or ':'); what does
+not (another method, a verb in capitals, a version that is not digits, a trailing '/') is 400
+INVALID_ARGUMENT "Malformed request: METHOD PATH"; GET without a name is "Missing model name in request.",
+a version beyond int64 "Failed to convert version: V to numeric.". NAME and LABEL are percent-decoded
+(`%20` is a space, `+` stays '+', a '%' not followed by two hex digits stays as it is) and must be UTF-8.
+The query string is ignored (TensorFlow Serving would match the regex against it too and answer 400).
+
+Classify and Regress look the model up before they parse the body (the examples are a function for
+`core.infer`): an unknown model is 404 whatever the body, as over gRPC. Predict parses the JSON first, as
+TensorFlow Serving does, and builds its tensors once the model's signature is known.
+
+CORS (`rest_api_enable_cors_support`): every answer to a request under /v1/, and the HTTP layer's own
+errors, carry `Access-Control-Allow-Origin: *`, `Access-Control-Allow-Methods: POST, GET` and
+`Access-Control-Allow-Headers: Content-Type` (http_rest_api_util.cc AddCORSHeaders). OPTIONS under /v1/
+is a preflight, with or without CORS support, as in http_server.cc: 200 with an empty body when the Origin
+header holds "http://" or "https://", else 400 "Origin header is missing in CORS preflight"
+(FAILED_PRECONDITION; TensorFlow Serving's body is empty there, ours the usual {"error": ...}). The HTTP
+server (http_server.py) adds the headers (`RestHandler.cors_headers`) to the answers that take them.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import urllib.parse
+
+from . import errors, inference
+from .http_messages import Answer
+from .methods import CLASSIFY_METHOD, DEFAULT_SIGNATURE, REGRESS_METHOD
+from .rest_json import MAX_JSON_DEPTH, format_outputs, load_json, message_to_dict, parse_predict_body
+from .status import status_response
+
+log = logging.getLogger("xlnet_tf.serving")
+
+CORS_HEADERS = (("Access-Control-Allow-Origin", "*"), ("Access-Control-Allow-Methods", "POST, GET"),
+                ("Access-Control-Allow-Headers", "Content-Type"))
+
+_FLAGS = re.IGNORECASE | re.DOTALL
+_V1 = re.compile(r"/v1/.*", _FLAGS)
+_VERSION = r"(?:/versions/(?P<version>[0-9]+)|/labels/(?P<label>[^/:]+))?"
+_PREDICT_PATH = re.compile(r"/v1/models/(?P<name>[^/:]+)" + _VERSION + r":(?P<verb>classify|regress|predict)", _FLAGS)
+_STATUS_PATH = re.compile(r"/v1/models(?:/(?P<name>[^/:]+))?" + _VERSION + r"(?:/(?P<sub>metadata))?", _FLAGS)
+_VERBS = ("predict", "classify", "regress")
+_INT64_MAX = (1 << 63) - 1
+_ORIGIN = re.compile(r"https?://")
+
+
+def _malformed(method, target):
+    return errors.invalid_argument(f"Malformed request: {method} {target}")
+
+
+def _decode(text, what):
+    """A percent-encoded path segment -> text (as curl_easy_unescape: %XX decoded, nothing else)."""
+    try:
+        return urllib.parse.unquote_to_bytes(text.encode("latin-1")).decode("utf-8")
+    except (UnicodeDecodeError, UnicodeEncodeError):
+        raise errors.invalid_argument(f"Failed to decode {what}:{text}") from None
+
+
+def _model_spec(match):
+    """A path match -> (name, version or None, label or None), decoded and checked as TensorFlow Serving."""
+    name = _decode(match["name"], "model name") if match["name"] else ""
+    version = None
+    if match["version"]:
+        version = int(match["version"])
+        if version > _INT64_MAX:
+            raise errors.invalid_argument(f"Failed to convert version: {match['version']} to numeric.")
+    label = _decode(match["label"], "model version label") if match["label"] else None
+    return name, version, label
+
+
+def _metric_labels(method, path):
+    """(model name, API) a request is counted under, None when it is not counted (not an API request)."""
+    if method == "POST":
+        match = _PREDICT_PATH.fullmatch(path)
+        if match and match["verb"] in _VERBS:
+            try:
+                return _decode(match["name"], ""), match["verb"]
+            except errors.ServingError:
+                pass
+        return "", "predict"
+    if method == "GET":
+        match = _STATUS_PATH.fullmatch(path)
+        api = "get_model_metadata" if match and match["sub"] == "metadata" else "get_model_status"
+        try:
+            return (_decode(match["name"], "") if match and match["name"] else ""), api
+        except errors.ServingError:
+            return "", api
+    return None
+
+
+class RestHandler:
+    """TensorFlow Serving's REST API over a ServerCore, for an http_server.HttpServer: `handle(request)` answers
+    a request (in a worker thread), `count(request, answer, seconds)` counts its answer for monitoring,
+    `cors_headers` are what CORS support adds to answers (none with rest_api_enable_cors_support off).
+    `options` (a ServerOptions): rest_api_enable_cors_support, monitoring_path (GET it for Prometheus metrics;
+    None: no endpoint)."""
+
+    def __init__(self, core, options):
+        self.core = core
+        self.monitoring_path = options.monitoring_path
+        self.cors_headers = CORS_HEADERS if options.rest_api_enable_cors_support else ()
+
+    def count(self, request, answer, seconds):
+        """An answer to a complete request, counted by model and API when it is an API request."""
+        labels = _metric_labels(request.method, request.path) if _V1.fullmatch(request.path) else None
+        if answer.code is not None and labels is not None:
+            self.core.count(labels[0], labels[1], "REST", answer.code, seconds)
+
+    def handle(self, request) -> Answer:
+        """A complete request -> its answer (in a worker thread)."""
+        method, path = request.method, request.path
+        if self.monitoring_path and path == self.monitoring_path and method in ("GET", "HEAD"):
+            metrics = self.core.metrics.exposition() if self.core.metrics is not None else ""
+            return Answer(200, metrics.encode("utf-8"), "text/plain; version=0.0.4; charset=utf-8", code=None,
+                          cors=False)
+        if not _V1.fullmatch(path):
+            return Answer.json(404, {"error": f"Not found: {method} {path}"}, code=None, cors=False)
+        if method == "OPTIONS":  # CORS preflight (http_server.cc), with or without CORS support
+            if _ORIGIN.search(request.header("origin")):
+                return Answer(200, b"", None, code=None)
+            return Answer.error(errors.failed_precondition("Origin header is missing in CORS preflight"),
+                                code=None)
+        try:
+            return Answer.json(200, self._api(request))
+        except errors.ServingError as error:
+            return Answer.error(error)
+        except RecursionError:
+            return Answer.error(errors.invalid_argument(
+                f"the request nests arrays and objects too deeply (at most {MAX_JSON_DEPTH})"))
+        except Exception as error:  # noqa: BLE001
+            log.exception("REST %s %s failed", method, request.target)
+            return Answer.error(errors.ServingError("INTERNAL", f"{type(error).__name__}: {error}"))
+
+    def _api(self, request):
+        """An API request -> its JSON answer (ServingError for an error answer)."""
+        method, core = request.method, self.core
+        if method == "POST":
+            match = _PREDICT_PATH.fullmatch(request.path)
+            if match is None or match["verb"] not in _VERBS:  # the regex ignores case, the verbs do not
+                raise _malformed(method, request.target)
+            name, version, label = _model_spec(match)
+            if match["verb"] == "predict":
+                return self._predict(request, name, version, label)
+            return self._infer(request, name, version, label, match["verb"])
+        if method != "GET":
+            raise _malformed(method, request.target)
+        match = _STATUS_PATH.fullmatch(request.path)
+        if match is None:
+            raise _malformed(method, request.target)
+        name, version, label = _model_spec(match)
+        if not name:
+            raise errors.invalid_argument("Missing model name in request.")
+        if match["sub"] == "metadata":
+            served, signatures = core.signatures(name, version, label)
+            signature_defs = {key: message_to_dict(value) for key, value in signatures.items()}
+            return {"model_spec": {"name": name, "signature_name": "", "version": str(served)},
+                    "metadata": {"signature_def": {"signature_def": signature_defs}}}
+        return message_to_dict(status_response(core, name, version, label))
+
+    def _predict(self, request, name, version, label):
+        body = load_json(request.body)
+        if not isinstance(body, dict):
+            raise errors.invalid_argument("the request body must be a JSON object")
+        signature_name = body.get("signature_name") or DEFAULT_SIGNATURE
+        if not isinstance(signature_name, str):
+            raise errors.invalid_argument("'signature_name' must be a string")
+        layout = {}
+
+        def build(signature):
+            arrays, layout["rows"] = parse_predict_body(body, signature)
+            return arrays
+
+        _, _, outputs = self.core.predict(name, version, label, signature_name, build, deadline=request.deadline)
+        return format_outputs(outputs, layout["rows"])
+
+    def _infer(self, request, name, version, label, verb):
+        method = CLASSIFY_METHOD if verb == "classify" else REGRESS_METHOD
+        try:
+            body, failure = load_json(request.body), None
+        except errors.ServingError as error:
+            body, failure = None, error
+        signature_name = body.get("signature_name", "") if isinstance(body, dict) else ""
+        if not isinstance(signature_name, str):
+            signature_name = ""  # input_from_json refuses it, once the model is found
+
+        def examples():  # called once the model is found: an unknown model is NOT_FOUND whatever the body
+            if failure is not None:
+                raise failure
+            _, input_proto = inference.input_from_json(body, verb)
+            return inference.serialized_examples(input_proto)
+
+        _, [(_, result)] = self.core.infer(name, version, label, [(method, signature_name)], examples,
+                                           deadline=request.deadline)
+        return {"results": inference.result_to_json(method, result)}
