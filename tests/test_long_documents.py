@@ -313,16 +313,15 @@ def finetune_beside(root, name, *extra):
 
 def test_memory_learns_what_one_window_learns_and_the_export_agrees(task, tmp_path):
     """The default (--grad-segments all) against the same model reading each document in one window of 512, the
-    same steps; --grad-segments 1 (memory without gradient) beside them for contrast."""
+    same steps. (--grad-segments 1, memory without gradient, reached 0.685 here when it ran beside them; it asserted
+    nothing and was dropped to keep the suite inside its time.)"""
     from xlnet_tf.cli import main
     from xlnet_tf.export import ops
     from xlnet_tf.tokenization import XLNetTokenizer
 
     texts = [line.split("\t")[0] for line in (task / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]]
-    # The other two runs in their own processes (the CLI as a user runs it) while this one trains with memory.
-    beside = [finetune_beside(task, "window", "--max-seq-len", "512"),
-              finetune_beside(task, "memory-k1", "--long-doc", "memory", "--max-doc-len", "512", "--grad-segments",
-                              "1")]
+    # The one-window run in its own process (the CLI as a user runs it) while this one trains with memory.
+    beside = [finetune_beside(task, "window", "--max-seq-len", "512")]
     try:
         memory_dir, memory = finetune(task, "memory", "--long-doc", "memory", "--max-doc-len", "512")
         for process, console in beside:
@@ -332,10 +331,10 @@ def test_memory_learns_what_one_window_learns_and_the_export_agrees(task, tmp_pa
         for process, _ in beside:
             if process.poll() is None:  # a failure above: stop it too
                 process.kill()
-    window, k1 = (json.loads((task / name / "eval_results.json").read_text()) for name in ("window", "memory-k1"))
+    window = json.loads((task / "window" / "eval_results.json").read_text())
     print(f"dev accuracy after 400 steps: memory, default --grad-segments all {memory['accuracy']:.3f} (bound >= "
-          f"one window - 0.05 = {window['accuracy'] - 0.05:.3f}); one window of 512 {window['accuracy']:.3f}; "
-          f"memory, --grad-segments 1 {k1['accuracy']:.3f} (contrast, no bound)")
+          f"one window - 0.05 = {window['accuracy'] - 0.05:.3f} and >= 0.75); one window of 512 "
+          f"{window['accuracy']:.3f}")
     assert memory["accuracy"] >= window["accuracy"] - 0.05
     assert memory["accuracy"] >= 0.75  # and the needle was learnt
     recorded = json.loads((memory_dir / "finetune_config.json").read_text())
