@@ -24,8 +24,8 @@ import tempfile
 from xlnet_tf.config import HEAD_RUN_OPTIONS, ConfigError, RunOptions, XLNetConfig, head_run_options
 from xlnet_tf.layers.dropout import Dropout
 from xlnet_tf import files
-from xlnet_tf.model import (RUN_OPTIONS_FILE, XLNetModel, _from_config, _read_config, _restore, _write_pretrained,
-                            load_run_options, read_run_options)
+from xlnet_tf.model import (RUN_OPTIONS_FILE, XLNetModel, layer_from_config, load_run_options, read_model_config,
+                            read_run_options, restore_checkpoint, write_pretrained)
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class _HeadModel(keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        return _from_config(cls, config)
+        return layer_from_config(cls, config)
 
     def _checkpoint(self):
         return tf.train.Checkpoint(model=self)
@@ -397,7 +397,7 @@ def simple_squad_loss(outputs, batch):
 
 
 def token_classification_loss(outputs, batch):
-    """Cross-entropy summed over the scored positions (label id >= 0; `data.token_classification.IGNORE`
+    """Cross-entropy summed over the scored positions (label id >= 0; `data.labels.IGNORE`
     elsewhere), divided by their number: transformers' mean over positions that are not ignore_index."""
     labels = tf.cast(batch["label_ids"], tf.int32)
     scored = labels >= 0
@@ -496,7 +496,7 @@ def save_finetuned(model, path, finetune_config, extra_files=()):
         meta = os.path.join(scratch, FINETUNE_FILE)
         with open(meta, "w", encoding="utf-8") as f:
             json.dump(finetune_config, f, indent=2, sort_keys=True)
-        _write_pretrained(path, model.config, model._checkpoint(), [meta, *extra_files], recorded)
+        write_pretrained(path, model.config, model._checkpoint(), [meta, *extra_files], recorded)
 
 
 def read_finetune_config(path):
@@ -517,7 +517,7 @@ def load_finetuned(path, dtype=None, **run_options):
     """(model, finetune_config) from a fine-tuned directory; keyword arguments are RunOptions fields and win over
     the run options the directory records (run_options.json)."""
     finetune_config = read_finetune_config(path)
-    model = build_head_model(finetune_config["task"], _read_config(path), load_run_options(path, **run_options),
+    model = build_head_model(finetune_config["task"], read_model_config(path), load_run_options(path, **run_options),
                              dtype=dtype, **head_arguments(finetune_config))
-    _restore(path, model._checkpoint(), require_lm_head=False)
+    restore_checkpoint(path, model._checkpoint(), require_lm_head=False)
     return model, finetune_config

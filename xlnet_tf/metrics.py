@@ -377,12 +377,12 @@ def race_accuracy(labels, predictions, levels=None):
 # (tests/fixtures/make_seqeval_golden.py --conlleval compares the two).
 
 
-def _tag_parts(tag):
+def tag_parts(tag):
     """seqeval's (prefix, type) of one tag."""
     return tag[0], (tag[1:].split("-", 1)[-1] or "_")
 
 
-def _chunk_ends(prev_tag, tag, prev_type, type_):
+def chunk_ends(prev_tag, tag, prev_type, type_):
     """conlleval's endOfChunk: whether the chunk before this tag ends here."""
     if prev_tag in ("E", "S"):
         return True
@@ -391,7 +391,7 @@ def _chunk_ends(prev_tag, tag, prev_type, type_):
     return prev_tag not in ("O", ".") and prev_type != type_
 
 
-def _chunk_starts(prev_tag, tag, prev_type, type_):
+def chunk_starts(prev_tag, tag, prev_type, type_):
     """conlleval's startOfChunk: whether a chunk starts at this tag."""
     if tag in ("B", "S"):
         return True
@@ -416,10 +416,10 @@ def entity_chunks(tags):
     chunks = []
     prev_tag, prev_type, begin = "O", "", 0
     for i, chunk in enumerate(tags + ["O"]):
-        tag, type_ = _tag_parts(chunk)
-        if _chunk_ends(prev_tag, tag, prev_type, type_):
+        tag, type_ = tag_parts(chunk)
+        if chunk_ends(prev_tag, tag, prev_type, type_):
             chunks.append((prev_type, begin, i))
-        if _chunk_starts(prev_tag, tag, prev_type, type_):
+        if chunk_starts(prev_tag, tag, prev_type, type_):
             begin = i
         prev_tag, prev_type = tag, type_
     return chunks

@@ -10,7 +10,7 @@ import tempfile
 import keras
 import tensorflow as tf
 
-from xlnet_tf import files
+from xlnet_tf import decoding, files
 from xlnet_tf.config import RECORDED_RUN_OPTIONS, ConfigError, RunOptions, XLNetConfig
 from xlnet_tf.layers import masks
 from xlnet_tf.layers.block import XLNetBlock
@@ -282,7 +282,7 @@ class XLNetModel(keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        return _from_config(cls, config)
+        return layer_from_config(cls, config)
 
     # -- directories holding xlnet_config.json + a TF2 checkpoint (+ spiece.model) ---------------------------
 
@@ -294,16 +294,16 @@ class XLNetModel(keras.Model):
         it computes with (`run_options.json`: RECORDED_RUN_OPTIONS) into `path` (any filesystem; locally a
         temporary directory renamed into place, remotely xlnet_config.json last); `extra_files` (such as a
         `spiece.model`) are copied alongside."""
-        _write_pretrained(path, self.config, self._checkpoint(), extra_files, self.run_options.recorded())
+        write_pretrained(path, self.config, self._checkpoint(), extra_files, self.run_options.recorded())
 
     @classmethod
     def from_pretrained(cls, path, dtype=None, **run_options):
         """Loads a directory written by `save_pretrained` or `xlnet-tf convert`; keyword arguments are
         `RunOptions` fields (dropout, mem_len, ...) and win over those the directory records (run_options.json,
         see `load_run_options`); `dtype` is a Keras dtype policy such as "mixed_bfloat16"."""
-        config = _read_config(path)
+        config = read_model_config(path)
         model = cls(config, load_run_options(path, **run_options), dtype=dtype)
-        _restore(path, model._checkpoint(), require_lm_head=False)
+        restore_checkpoint(path, model._checkpoint(), require_lm_head=False)
         return model
 
 
@@ -359,16 +359,14 @@ class XLNetPretrainer(keras.Model):
         None: no stop ids here; the text-level `generation.generate_text` defaults them from the tokenizer).
         Returns numpy `tokens` [B, N], `log_probs` [B, N], `lengths` [B], `finish_reason` [B] (strings).
         """
-        from xlnet_tf import generation
-
-        return generation.generate_ids(self, prompt_ids, prompt_mask, options, **overrides)
+        return decoding.generate_ids(self, prompt_ids, prompt_mask, options, **overrides)
 
     def get_config(self):
         return {"name": self.name, "config": self.config.to_dict(), "run_options": self.run_options.to_dict()}
 
     @classmethod
     def from_config(cls, config):
-        return _from_config(cls, config)
+        return layer_from_config(cls, config)
 
     def _checkpoint(self):
         return tf.train.Checkpoint(model=self)
@@ -376,15 +374,15 @@ class XLNetPretrainer(keras.Model):
     def save_pretrained(self, path, extra_files=()):
         """Writes `xlnet_config.json`, the checkpoint (encoder and LM head) and the recorded run options into
         `path`, atomically (as `XLNetModel.save_pretrained`)."""
-        _write_pretrained(path, self.config, self._checkpoint(), extra_files, self.run_options.recorded())
+        write_pretrained(path, self.config, self._checkpoint(), extra_files, self.run_options.recorded())
 
     @classmethod
     def from_pretrained(cls, path, dtype=None, **run_options):
         """As `XLNetModel.from_pretrained` (keyword arguments win over the directory's run_options.json); a
         directory without an LM head bias is an error."""
-        config = _read_config(path)
+        config = read_model_config(path)
         model = cls(config, load_run_options(path, **run_options), dtype=dtype)
-        _restore(path, model._checkpoint(), require_lm_head=True)
+        restore_checkpoint(path, model._checkpoint(), require_lm_head=True)
         return model
 
 
@@ -396,12 +394,14 @@ def masked_cross_entropy(logits, target_ids, target_mask=None):
     return tf.reduce_sum(losses * weights), tf.reduce_sum(weights)
 
 
-def _from_config(cls, config):
+def layer_from_config(cls, config):
+    """A model layer `cls` from its get_config() dict (its XLNetConfig and RunOptions as nested dicts)."""
     config = dict(config)
     return cls(XLNetConfig.from_dict(config.pop("config")), RunOptions.from_dict(config.pop("run_options")), **config)
 
 
-def _read_config(path):
+def read_model_config(path):
+    """The XLNetConfig of model directory `path` (any filesystem); ConfigError when it is not one."""
     path = os.fspath(path)
     if not files.isdir(path):
         raise ConfigError(f"{path}: not a directory holding {CONFIG_FILE} and a checkpoint")
@@ -451,7 +451,9 @@ def checkpoint_prefix(path):
     return latest
 
 
-def _restore(path, checkpoint, require_lm_head):
+def restore_checkpoint(path, checkpoint, require_lm_head):
+    """Reads model directory `path`'s checkpoint into `checkpoint` (a tf.train.Checkpoint of the model); every
+    object of the model must be found, extra ones (optimizer slots) are fine."""
     prefix = checkpoint_prefix(path)
     if require_lm_head:
         names = set(files.checkpoint_reader(prefix).get_variable_to_shape_map())
@@ -462,7 +464,7 @@ def _restore(path, checkpoint, require_lm_head):
     status.expect_partial()
 
 
-def _write_pretrained(path, config, checkpoint, extra_files=(), run_options=None):
+def write_pretrained(path, config, checkpoint, extra_files=(), run_options=None):
     """Writes config + checkpoint (+ extra files, from any filesystem) as directory `path`, keeping files of
     an existing `path` that it does not write (spiece.model, notes). `run_options` (a dict: RunOptions fields)
     is written as run_options.json when not empty; an existing directory's run_options.json never outlives it.

@@ -20,85 +20,12 @@ Layouts are the original XLNet scripts' (see ``graph_features``). Deliberate dif
   LCS character matching (which dropped examples it could not align).
 """
 
-import functools
-import weakref
-
 import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.data import graph_features as gf
+from xlnet_tf.data.chunked import as_strings, build_in_chunks, token_ids, tokens_with_char_offsets, traced
 from xlnet_tf.errors import UserError
-
-_CHUNK = 1024  # examples per builder call (bounds the builders' intermediate tensors)
-_TOKENIZE_CHUNK = 2048  # texts per tokenizer call
-_TOKENIZE_FNS = weakref.WeakKeyDictionary()
-
-
-# ----------------------------------------------------------------------------------------------------
-# Tokenization of whole files
-
-
-def _tokenize_fns(tokenizer):
-    """Cached ``tf.function``s: string [B] -> ragged ids; and ids with code point offsets into the text."""
-    fns = _TOKENIZE_FNS.get(tokenizer)
-    if fns is None:
-        ref = weakref.ref(tokenizer)  # the cached functions must not keep their tokenizer alive
-        spec = [tf.TensorSpec([None], tf.string)]
-
-        def with_offsets(strings):
-            ids, starts, ends = ref().tokenize_with_offsets(strings)
-            return ids, gf.byte_to_char_offsets(strings, starts), gf.byte_to_char_offsets(strings, ends)
-
-        fns = (tf.function(lambda strings: ref().tokenize(strings), input_signature=spec, autograph=False),
-               tf.function(with_offsets, input_signature=spec, autograph=False))
-        _TOKENIZE_FNS[tokenizer] = fns
-    return fns
-
-
-def _as_strings(texts):
-    if isinstance(texts, tf.Tensor):
-        return texts
-    return tf.constant([t.encode("utf-8", "surrogatepass") for t in texts], tf.string, shape=[len(texts)])
-
-
-def _tokenize_in_chunks(fn, texts):
-    """``fn`` (one of ``_tokenize_fns``) over ``texts`` in chunks of ``_TOKENIZE_CHUNK``, its ragged outputs
-    concatenated (no texts: one call on the empty batch, which gives empty rows)."""
-    strings = _as_strings(texts)
-    n = int(strings.shape[0])
-    parts = [fn(strings[i:i + _TOKENIZE_CHUNK]) for i in range(0, max(n, 1), _TOKENIZE_CHUNK)]
-    return tf.nest.map_structure(lambda *chunks: tf.concat(chunks, 0), *parts) if len(parts) > 1 else parts[0]
-
-
-def token_ids(tokenizer, texts):
-    """Token ids of ``texts`` (a list of ``str`` or a string ``[N]`` tensor): ragged int32 ``[N, None]``."""
-    return _tokenize_in_chunks(_tokenize_fns(tokenizer)[0], texts)
-
-
-def tokens_with_char_offsets(tokenizer, texts):
-    """``(ids, starts, ends)`` ragged ``[N, None]``: ``text[starts[k]:ends[k]]`` (Python ``str`` indices, code
-    points) is token ``k``'s source text."""
-    return _tokenize_in_chunks(_tokenize_fns(tokenizer)[1], texts)
-
-
-def _traced(builder, **static):
-    """``builder`` with its static (Python) arguments bound, as a cached ``tf.function`` that accepts chunks of
-    any size (one trace serves every chunk: about 8x faster than running the ops eagerly)."""
-    return _traced_cached(builder, tuple(sorted(static.items())))
-
-
-@functools.lru_cache(maxsize=None)
-def _traced_cached(builder, static):
-    return tf.function(functools.partial(builder, **dict(static)), autograph=False, reduce_retracing=True)
-
-
-def _build_in_chunks(n, build, chunk=_CHUNK):
-    """``build(lo, hi)`` -> dict of tensors over examples ``lo:hi``; numpy arrays concatenated over chunks."""
-    out = {}
-    for lo in range(0, max(n, 1), chunk):
-        for key, value in build(lo, min(lo + chunk, n)).items():
-            out.setdefault(key, []).append(np.asarray(value))
-    return {key: np.concatenate(parts) for key, parts in out.items()}
 
 
 def _unique(values):
@@ -187,8 +114,8 @@ def classification_features(examples, tokenizer, max_seq_len, label_list=None, m
 
     ids_a = token_ids(tokenizer, [e.text_a for e in examples])
     ids_b = token_ids(tokenizer, [e.text_b or "" for e in examples])
-    build = _traced(gf.classification_inputs, max_seq_len=max_seq_len, max_doc_len=max_doc_len)
-    features = _build_in_chunks(n, lambda lo, hi: build(ids_a[lo:hi], ids_b[lo:hi]))
+    build = traced(gf.classification_inputs, max_seq_len=max_seq_len, max_doc_len=max_doc_len)
+    features = build_in_chunks(n, lambda lo, hi: build(ids_a[lo:hi], ids_b[lo:hi]))
     truncated = np.nonzero(features.pop("truncated"))[0].tolist()
     pairs = int(features.pop("has_b").sum())
     features["label_ids"] = label_ids
@@ -249,7 +176,7 @@ def squad_features(examples, tokenizer, max_seq_len=512, doc_stride=128, max_que
     c_ids, c_start, c_end = tokens_with_char_offsets(tokenizer, contexts)
     q_ids = token_ids(tokenizer, [e.question for e in examples])
 
-    windows_and_labels = _traced(_squad_rows, max_seq_len=max_seq_len, doc_stride=doc_stride,
+    windows_and_labels = traced(_squad_rows, max_seq_len=max_seq_len, doc_stride=doc_stride,
                                  max_query_len=max_query_len)
 
     def build(lo, hi):
@@ -258,7 +185,7 @@ def squad_features(examples, tokenizer, max_seq_len=512, doc_stride=128, max_que
                                  answer_start[lo:hi], answer_end[lo:hi], impossible[lo:hi])
         return {**out, "example_index": out["example_index"] + lo}
 
-    out = _build_in_chunks(len(examples), build)
+    out = build_in_chunks(len(examples), build)
     found = out["answer_found"]
     dropped = ~found & ~impossible & (answer_start >= 0) if is_training else np.zeros_like(impossible)
     keep = ~dropped[out["example_index"]]
@@ -306,11 +233,11 @@ def race_features(examples, tokenizer, max_seq_len=512, max_qa_len=128, max_doc_
     c = choices.pop() if choices else 4
     articles, article_of = _unique([e.article for e in examples])
     article_ids = token_ids(tokenizer, articles)
-    questions = _as_strings([e.question for e in examples])
-    options = tf.reshape(_as_strings([o for e in examples for o in e.options]), [n, c])
+    questions = as_strings([e.question for e in examples])
+    options = tf.reshape(as_strings([o for e in examples for o in e.options]), [n, c])
     qa_ids = token_ids(tokenizer, tf.reshape(gf.race_qa_text(questions, options), [-1]))
 
-    rows = _traced(gf.race_inputs, num_choices=c, max_seq_len=max_seq_len, max_qa_len=max_qa_len,
+    rows = traced(gf.race_inputs, num_choices=c, max_seq_len=max_seq_len, max_qa_len=max_qa_len,
                    max_doc_len=max_doc_len)
 
     def build(lo, hi):
@@ -318,7 +245,7 @@ def race_features(examples, tokenizer, max_seq_len=512, max_qa_len=128, max_doc_
         return {k: tf.reshape(v, [hi - lo, c, width]) if k in ("input_ids", "segment_ids", "padding_mask")
                 else tf.reshape(v, [hi - lo, c]) for k, v in out.items()}
 
-    out = _build_in_chunks(n, build)
+    out = build_in_chunks(n, build)
     features = {k: out[k].reshape([n, c, width]) for k in ("input_ids", "segment_ids", "padding_mask")}
     features.update(
         label_ids=np.array([-1 if e.label is None else e.label for e in examples], np.int32).reshape([n]),

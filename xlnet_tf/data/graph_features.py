@@ -36,7 +36,7 @@ import math
 
 import tensorflow as tf
 
-from xlnet_tf.data.token_classification import IGNORE  # the label id of positions that are not scored
+from xlnet_tf.data.labels import IGNORE  # the label id of positions that are not scored
 
 SEP_ID, CLS_ID, PAD_ID = 4, 3, 5
 # Segment ids of the original scripts (classifier_utils / run_race and run_squad).

@@ -26,7 +26,7 @@ import unicodedata
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf.metrics import _chunk_ends, _chunk_starts, _tag_parts
+from xlnet_tf.metrics import chunk_ends, chunk_starts, tag_parts
 
 __all__ = ["split_words", "chunk_entities"]
 
@@ -170,11 +170,11 @@ def _chunk_tables(label_names):
     ("O", ""); as the label: its final "O"); ``type_ids`` int64 ``[L + 1]`` (the type id of each label, -1 for
     the types no chunk can have); ``types`` the list of type names (index = type id).
     """
-    parts = [_tag_parts(name) for name in label_names]
+    parts = [tag_parts(name) for name in label_names]
     prev_parts = parts + [("O", "")]
-    cur_parts = parts + [_tag_parts("O")]
-    ends = np.array([_chunk_ends(p, t, pt, tt) for p, pt in prev_parts for t, tt in cur_parts], bool)
-    starts = np.array([_chunk_starts(p, t, pt, tt) for p, pt in prev_parts for t, tt in cur_parts], bool)
+    cur_parts = parts + [tag_parts("O")]
+    ends = np.array([chunk_ends(p, t, pt, tt) for p, pt in prev_parts for t, tt in cur_parts], bool)
+    starts = np.array([chunk_starts(p, t, pt, tt) for p, pt in prev_parts for t, tt in cur_parts], bool)
     types = []
     for prefix, type_ in parts:  # a chunk ends only after a tag that is neither "O" nor "."
         if prefix not in ("O", ".") and type_ not in types:

@@ -152,7 +152,7 @@ def _header_matches(layout, row):
 # Low-level file reading
 
 
-def _read_bytes(path):
+def read_file_bytes(path):
     """File bytes without a UTF-8 BOM; missing and empty (or whitespace-only) files are errors."""
     path = os.fspath(path)
     if not files_layer.isfile(path):
@@ -165,7 +165,7 @@ def _read_bytes(path):
     return raw
 
 
-def _split_lines(raw):
+def split_lines(raw):
     """Bytes -> lines split on ``\\n`` only (line numbers as editors count them), without the newline."""
     lines = raw.split(b"\n")
     if lines and lines[-1] == b"":
@@ -186,7 +186,7 @@ def _delimited_records(raw, fmt):
     first line (a quoted CSV field may span lines). TSV is read without quote processing, as GLUE files
     are (the original's ``_read_tsv``); CSV uses standard double-quote quoting.
     """
-    texts = [line.decode("utf-8", "surrogateescape") + "\n" for line in _split_lines(raw)]
+    texts = [line.decode("utf-8", "surrogateescape") + "\n" for line in split_lines(raw)]
     if fmt == "tsv":
         reader = csv.reader(iter(texts), delimiter="\t", quoting=csv.QUOTE_NONE)
     else:
@@ -208,9 +208,9 @@ def _delimited_records(raw, fmt):
         yield line, (None if reason else row), reason
 
 
-def _jsonl_records(raw):
+def jsonl_records(raw):
     """Yield ``(line, object, reason)`` for each non-blank line of a JSON-lines file."""
-    for i, line in enumerate(_split_lines(raw), 1):
+    for i, line in enumerate(split_lines(raw), 1):
         if not line.strip():
             continue
         try:
@@ -232,7 +232,7 @@ def _jsonl_records(raw):
 
 def _load_json(path):
     """Parse a whole JSON file; bad UTF-8 / JSON raise ``UserError`` naming the file and line."""
-    raw = _read_bytes(path)
+    raw = read_file_bytes(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -405,7 +405,7 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
         raise UserError(f"task must be 'classification', 'regression' or 'multi-label', got {task!r}.")
     path = os.fspath(path)
     fmt = _format_of(path)
-    raw = _read_bytes(path)
+    raw = read_file_bytes(path)
     examples, bad = [], []
 
     def reject(line, reason, *more):
@@ -422,7 +422,7 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
         key_b = None if text_b is False else (text_b or "text_b")
         key_label = None if label is False else (label or "label")
         labeled = None if label is None else key_label is not None  # decided by the first object if auto
-        for line, obj, reason in _jsonl_records(raw):
+        for line, obj, reason in jsonl_records(raw):
             if reason:
                 reject(line, reason)
                 continue

@@ -52,14 +52,14 @@ from typing import List, Optional
 
 import numpy as np
 
-from xlnet_tf.data.readers import _jsonl_records, _read_bytes, _split_lines, skip_hint, warn_skipped
+from xlnet_tf.data.labels import IGNORE
+from xlnet_tf.data.readers import jsonl_records, read_file_bytes, skip_hint, split_lines, warn_skipped
 from xlnet_tf.errors import Spelling, UserError
 from xlnet_tf.metrics import entity_chunks
 
 __all__ = ["IGNORE", "TokenExample", "read_conll", "read_token_jsonl", "read_token_examples", "token_label_list",
            "token_classification_features", "word_values", "word_predictions", "entity_spans", "entity_offsets"]
 
-IGNORE = -100  # label id of positions that are not scored (transformers' ignore_index)
 DOCSTART = "-DOCSTART-"
 SKIP_SENTENCES = skip_hint("such sentences")
 _FIELDS = re.compile(r"[ \t\r\f\v]+")  # CoNLL columns: runs of ASCII whitespace
@@ -140,7 +140,7 @@ def read_conll(path, tag_column=-1, *, word_column=0, skip_bad_rows=False):
             out.examples.append(TokenExample(words, tags if tag_column is not None else None, f"{path}:{start}"))
         words, tags, start, broken = [], [], None, False
 
-    for i, raw_line in enumerate(_split_lines(_read_bytes(path)), 1):
+    for i, raw_line in enumerate(split_lines(read_file_bytes(path)), 1):
         try:
             text = raw_line.decode("utf-8").strip(_ASCII_SPACE)
         except UnicodeDecodeError as err:
@@ -199,7 +199,7 @@ def read_token_jsonl(path, tokens_key="tokens", tags_key="tags", *, skip_bad_row
     path = os.fspath(path)
     out = _Collector(path, skip_bad_rows)
     labeled = first = None
-    for line, obj, reason in _jsonl_records(_read_bytes(path)):
+    for line, obj, reason in jsonl_records(read_file_bytes(path)):
         if reason:
             out.reject(line, reason)
             continue
@@ -304,7 +304,7 @@ def token_classification_features(examples, tokenizer, max_seq_len, label_list=N
     import tensorflow as tf
 
     from xlnet_tf.data import graph_features as gf
-    from xlnet_tf.data.finetuning import _build_in_chunks, _traced, token_ids
+    from xlnet_tf.data.chunked import build_in_chunks, token_ids, traced
 
     if max_seq_len < 3:
         raise UserError(f"max_seq_len must be at least 3 (a piece, <sep>, <cls>), got {max_seq_len}.")
@@ -322,7 +322,7 @@ def token_classification_features(examples, tokenizer, max_seq_len, label_list=N
     if labeled:
         word_labels = tf.RaggedTensor.from_row_lengths(
             tf.constant(np.concatenate(tag_ids + [np.zeros([0], np.int64)]), tf.int64), tf.constant(lengths, tf.int64))
-    build = _traced(gf.token_windows, max_seq_len=max_seq_len, doc_stride=int(stride), unk_id=tokenizer.unk_id,
+    build = traced(gf.token_windows, max_seq_len=max_seq_len, doc_stride=int(stride), unk_id=tokenizer.unk_id,
                     label_all_pieces=bool(label_all_pieces))
 
     def chunk(lo, hi):
@@ -330,7 +330,7 @@ def token_classification_features(examples, tokenizer, max_seq_len, label_list=N
         out["example_index"] += lo
         return out
 
-    features = _build_in_chunks(len(examples), chunk)
+    features = build_in_chunks(len(examples), chunk)
     windows_per_example = np.bincount(features["example_index"], minlength=len(examples))
     report = dict(examples=len(examples), windows=len(features["input_ids"]),
                   multi_window_examples=int((windows_per_example > 1).sum()), words=len(words),
