@@ -12,6 +12,7 @@ The main CLI wires them as:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -19,6 +20,8 @@ import sys
 import threading
 
 from xlnet_tf.errors import UserError
+
+from .options import ServerOptions, tf_serving_grpc_max_threads, with_session_parallelism
 
 
 def _size(text):
@@ -49,8 +52,9 @@ def _positive_int(text):
 
 class TFServingFlag:
     """One of tensorflow_model_server's flags (main.cc): its name, type and default there, and what it does
-    in `xlnet-tf serve`. `apply(value, settings)` puts a given value into the serve() keyword arguments;
-    None: accepted with no effect here (`effect` says why), or refused when `refused` is set."""
+    in `xlnet-tf serve`. `apply(value, options)` writes a given value into a ServerOptions, as main.cc writes
+    its flags into Server::Options; None: accepted with no effect here (`effect` says why), or refused when
+    `refused` is set."""
 
     def __init__(self, name, kind, default, effect, apply=None, refused=False):
         self.name, self.kind, self.default, self.effect = name, kind, default, effect
@@ -66,33 +70,44 @@ class TFServingFlag:
         return text
 
 
-def _set(key, convert=None):
-    def apply(value, settings):
-        settings[key] = convert(value) if convert else value
+_FIELDS = frozenset(field.name for field in dataclasses.fields(ServerOptions))
+
+
+def _set(field, convert=None):
+    """An `apply` that writes the flag's value (converted) into ServerOptions.`field`."""
+    if field not in _FIELDS:
+        raise AttributeError(f"ServerOptions has no field {field!r}")
+
+    def apply(value, options):
+        setattr(options, field, convert(value) if convert else value)
     return apply
 
 
-def _session_parallelism(which):
-    def apply(value, settings):
-        settings.setdefault("_parallelism", {})[which] = value
+def _turn_off(field):
+    """An `apply` for a store_true flag that turns ServerOptions.`field` off when given."""
+    set_false = _set(field)
+
+    def apply(value, options):
+        if value:
+            set_false(False, options)
     return apply
 
 
-def _rest_port(value, settings):
-    settings["rest_api_port"] = None if value == 0 else value  # 0: no REST, as there
+def _rest_port(value, options):
+    options.rest_api_port = None if value == 0 else value  # 0: no REST, as there
 
 
-def _grpc_port(value, settings):
-    settings["port"] = None if value == 0 else value  # 0: no TCP listener (a --grpc_socket_path only), as there
+def _grpc_port(value, options):
+    options.port = None if value == 0 else value  # 0: no TCP listener (a --grpc_socket_path only), as there
 
 
-def _warmup_iterations(value, settings):
+def _warmup_iterations(value, options):
     if value > 0:  # "used only if > 0", as there
-        settings["warmup_iterations"] = value
+        options.warmup_iterations = value
 
 
-def _tags(value, settings):
-    settings["saved_model_tags"] = tuple(tag.strip() for tag in value.split(",") if tag.strip())
+def _tags(value, options):
+    options.saved_model_tags = tuple(tag.strip() for tag in value.split(",") if tag.strip())
 
 
 _NO_EFFECT = "accepted; no effect here"
@@ -136,11 +151,11 @@ TF_SERVING_FLAGS = (
                   "only at start)", _set("poll_interval", float)),
     TFServingFlag("flush_filesystem_caches", "bool", "true", _NO_EFFECT + ": no file system cache is kept"),
     TFServingFlag("tensorflow_session_parallelism", "int64", "0", "intra- and inter-op threads of each Session "
-                  "(0: TensorFlow's choice)", _session_parallelism("session")),
+                  "(0: TensorFlow's choice)", _set("tensorflow_session_parallelism")),
     TFServingFlag("tensorflow_intra_op_parallelism", "int64", "0", "intra-op threads of each Session",
-                  _session_parallelism("intra")),
+                  _set("tensorflow_intra_op_parallelism")),
     TFServingFlag("tensorflow_inter_op_parallelism", "int64", "0", "inter-op threads of each Session",
-                  _session_parallelism("inter")),
+                  _set("tensorflow_inter_op_parallelism")),
     TFServingFlag("use_alts_credentials", "bool", "false", "refused when true: Google ALTS is not available "
                   "here (use --ssl_config_file)", refused=True),
     TFServingFlag("ssl_config_file", "string", "", "SSLConfig text proto: TLS on gRPC, mTLS with client_verify",
@@ -263,87 +278,67 @@ def add_serve_arguments(parser):
     return parser
 
 
-_OURS = {  # our flag's dest -> serve() keyword (None: not given)
-    "model_base_path": "model_base_path", "model_name": "model_name", "model_config_file": "model_config_file",
-    "port": "port", "host": "host", "enable_batching": "enable_batching",
-    "batching_parameters_file": "batching_parameters_file", "poll_interval": "poll_interval",
-    "max_request_bytes": "max_request_bytes", "drain_timeout": "drain_timeout",
-    "grpc_max_workers": "grpc_max_threads", "rest_body_timeout": "rest_body_timeout",
-    "enable_reload_config": "enable_reload_config", "tensor_content_ours": "tensor_content",
-    "monitoring_config_file": "monitoring_config_file",
-}
+# Our own flags, beside TF_SERVING_FLAGS: (argparse dest, apply, last). A given value (not None) is applied before
+# TensorFlow Serving's flags, which win where both set one option; with `last`, after them, winning over them.
+OUR_FLAGS = (
+    ("model_base_path", _set("model_base_path"), False), ("model_name", _set("model_name"), False),
+    ("model_config_file", _set("model_config_file"), False), ("port", _set("port"), False),
+    ("host", _set("host"), False), ("enable_batching", _set("enable_batching"), False),
+    ("batching_parameters_file", _set("batching_parameters_file"), False),
+    ("poll_interval", _set("poll_interval"), False), ("max_request_bytes", _set("max_request_bytes"), False),
+    ("drain_timeout", _set("drain_timeout"), False), ("grpc_max_workers", _set("grpc_max_threads"), False),
+    ("rest_body_timeout", _set("rest_body_timeout"), False),
+    ("enable_reload_config", _set("enable_reload_config"), False),
+    ("tensor_content_ours", _set("tensor_content"), False),
+    ("monitoring_config_file", _set("monitoring_config_file"), False),
+    ("rest_api_port", _set("rest_api_port", lambda port: None if port < 0 else port), True),  # -1: no REST
+    ("no_warmup", _turn_off("enable_warmup"), True), ("allow_non_utf8", _turn_off("validate_utf8"), True),
+)
 
 
-def serve_settings(args, environ=None):
-    """The serve() keyword arguments of a parsed `serve` command line (ours and/or tensorflow_model_server's).
+def server_options(args, environ=None) -> ServerOptions:
+    """The ServerOptions of a parsed `serve` command line (ours and/or tensorflow_model_server's).
 
     With any flag in TensorFlow Serving's spelling, its defaults apply where they differ from ours: every
-    interface (0.0.0.0), no REST unless --rest_api_port, --grpc_max_threads 4 x CPUs. With no model flag,
-    $MODEL_NAME (default "model") under $MODEL_BASE_PATH (default /models) is served when either is set, as
-    TensorFlow Serving's Docker image does (it passes --port=8500 --rest_api_port=8501 too).
+    interface (0.0.0.0), no REST unless --rest_api_port, --grpc_max_threads 4 x CPUs, --port=0 meaning no gRPC
+    port, and --model_config_file winning over --model_base_path. With no model flag, $MODEL_NAME (default
+    "model") under $MODEL_BASE_PATH (default /models) is served when either is set, as TensorFlow Serving's
+    Docker image does (it passes --port=8500 --rest_api_port=8501 too).
     """
-    from xlnet_tf.errors import UserError
-
-    from .options import tf_serving_grpc_max_threads
-
     environ = os.environ if environ is None else environ
     given = {name: getattr(args, f"tfs_{name}") for name in _TF_FLAGS if getattr(args, f"tfs_{name}", None) is not None}
-    settings = {}
+    tf_style = bool(given)
+    if args.port is not None and tf_style:
+        given["port"] = args.port
+    options = ServerOptions()
+    if tf_style:
+        options.host, options.rest_api_port, options.grpc_max_threads = "0.0.0.0", None, tf_serving_grpc_max_threads()
+    ours = [(getattr(args, dest), apply, last) for dest, apply, last in OUR_FLAGS
+            if getattr(args, dest, None) is not None]
+    for value, apply, last in ours:
+        if not last:
+            apply(value, options)
     for flag_name, value in given.items():
         flag = _TF_FLAGS[flag_name]
         if flag.refused and value not in (False, "", 0):
             raise UserError(f"--{flag_name}: not supported by xlnet-tf serve ({flag.effect})")
         if flag.apply is not None:
-            flag.apply(value, settings)
-    tf_style = bool(given)
-    if args.port is not None and tf_style:
-        _grpc_port(args.port, settings)
-    for dest, key in _OURS.items():
-        value = getattr(args, dest, None)
-        if value is not None and key not in settings:
-            settings[key] = value
-    if args.rest_api_port is not None:
-        settings["rest_api_port"] = None if args.rest_api_port < 0 else args.rest_api_port
-    elif tf_style:
-        settings.setdefault("rest_api_port", None)
-    if tf_style:
-        settings.setdefault("host", "0.0.0.0")
-        settings.setdefault("grpc_max_threads", tf_serving_grpc_max_threads())
-    if args.no_warmup:
-        settings["enable_warmup"] = False
-    if args.allow_non_utf8:
-        settings["validate_utf8"] = False
-    parallelism = settings.pop("_parallelism", None)
-    if parallelism:
-        settings["session_config"] = _session_config(parallelism)
-    if not settings.get("model_config_file") and not settings.get("model_base_path") \
+            flag.apply(value, options)
+    for value, apply, last in ours:
+        if last:
+            apply(value, options)
+    options = with_session_parallelism(options)
+    if not options.model_config_file and not options.model_base_path \
             and ("MODEL_NAME" in environ or "MODEL_BASE_PATH" in environ):
         name = environ.get("MODEL_NAME") or "model"
-        settings["model_name"] = settings.get("model_name") or name
-        settings["model_base_path"] = (environ.get("MODEL_BASE_PATH") or "/models").rstrip("/") + "/" + name
-    if settings.get("model_config_file") and tf_style:  # ignored when --model_config_file is set, as there
-        settings.pop("model_base_path", None)
-        settings.pop("model_name", None)
-    if settings.get("port") is None and "port" in settings and not settings.get("grpc_socket_path"):
+        options.model_name = options.model_name or name
+        options.model_base_path = (environ.get("MODEL_BASE_PATH") or "/models").rstrip("/") + "/" + name
+    if options.model_config_file and tf_style:  # ignored when --model_config_file is set, as there
+        options.model_base_path = options.model_name = None
+    if options.port is None and not options.grpc_socket_path:
         raise UserError("--port=0 turns the gRPC port off: give --grpc_socket_path as well (at least one of them "
                         "must be set, as in TensorFlow Serving)")
-    return settings
-
-
-def _session_config(parallelism):
-    """TensorFlow Serving's rule: session parallelism for both pools, or intra / inter separately, not all."""
-    import tensorflow as tf
-
-    from xlnet_tf.errors import UserError
-
-    session, intra, inter = (parallelism.get(k, 0) for k in ("session", "intra", "inter"))
-    if session > 0 and intra > 0 and inter > 0:
-        raise UserError("Either configure --tensorflow_session_parallelism or (--tensorflow_intra_op_parallelism, "
-                        "--tensorflow_inter_op_parallelism) separately. You cannot configure all.")
-    if intra > 0 or inter > 0:
-        session = 0
-    return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=intra or session,
-                                    inter_op_parallelism_threads=inter or session)
+    return options
 
 
 def print_version(out=None):
@@ -360,9 +355,9 @@ def build_server(args, environ=None):
     the gRPC cap is below what its batches need (ModelServer.grpc_threads_short), naming the flag to set."""
     import logging
 
-    from .server import serve
+    from .server import serve_with
 
-    server = serve(**serve_settings(args, environ))
+    server = serve_with(server_options(args, environ))
     wanted = server.grpc_threads_short()
     if wanted:
         flag = "--grpc-max-workers" if args.grpc_max_workers is not None else "--grpc_max_threads"

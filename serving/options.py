@@ -1,14 +1,17 @@
 """The model server's options: one object instead of long argument lists (`ServerOptions`).
 
-Field names follow TensorFlow Serving's `Server::Options` (server.h) where it has the option; defaults are
-this server's (`xlnet-tf serve`'s); `serving/cli.py` maps both command lines (ours and
-`tensorflow_model_server`'s) onto it.
+Like TensorFlow Serving's `Server::Options` (server.h), it holds everything a server is built from, the models'
+source included; field names follow it where it has the option; defaults are this server's (`xlnet-tf
+serve`'s). `serving/cli.py` writes both command lines (ours and `tensorflow_model_server`'s) into one
+(`server_options`); `server.serve_with` builds the server from it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+
+from xlnet_tf.errors import UserError
 
 DEFAULT_MAX_REQUEST_BYTES = 64 << 20  # gRPC's own default is 4 MiB
 DEFAULT_MAX_RESPONSE_BYTES = (1 << 31) - 1  # like tensorflow_model_server (INT_MAX)
@@ -45,7 +48,10 @@ def default_grpc_max_threads(batching=None, models=1):
 
 @dataclasses.dataclass
 class ServerOptions:
-    """How a ModelServer listens, bounds its load and serves its models (not which models: see ModelEntry).
+    """Which models a ModelServer serves, how it listens, bounds its load and serves them.
+
+    Models (read by `server.serve_with`): `model_base_path` with `model_name`, or `model_config_file`;
+    `enable_batching` with `batching_parameters_file` and/or `batching_parameters`; `monitoring_config_file`.
 
     Listening: `host`, `port` (gRPC; 0 any free port, None none: `grpc_socket_path` only), `rest_api_port`
     (0 any free port, None no REST), `grpc_socket_path` (also serve gRPC on a unix socket), `ssl_config_file` (TensorFlow Serving's SSLConfig
@@ -59,21 +65,22 @@ class ServerOptions:
     `rest_api_timeout_in_ms` (a REST request's deadline, 504 past it), `rest_body_timeout` (seconds to receive a
     REST request's line, headers and body in all: 408 past it), `max_request_bytes` / `max_response_bytes`, `drain_timeout`.
 
-    Models: `batching` (a BatchingConfig, None without batching), `poll_interval` (seconds between looks for
-    new versions), `model_config_file_poll_wait_seconds` (re-read the model config file this often; 0 never),
-    `enable_warmup`, `warmup_iterations`, `max_load_retries`, `load_retry_interval` (seconds),
-    `saved_model_tags`, `session_config` (a tf.compat.v1.ConfigProto or None), `validate_utf8`,
+    Serving them: `batching` (a BatchingConfig, None without batching; set from the batching fields above),
+    `poll_interval` (seconds between looks for new versions), `model_config_file_poll_wait_seconds` (re-read the
+    model config file this often; 0 never), `enable_warmup`, `warmup_iterations`, `max_load_retries`,
+    `load_retry_interval` (seconds), `saved_model_tags`, `session_config` (a tf.compat.v1.ConfigProto or None; the
+    `tensorflow_*_parallelism` fields set its thread pools, see `with_session_parallelism`), `validate_utf8`,
     `allow_version_labels_for_unavailable_models`, `mixed_precision` ("bfloat16": TensorFlow's oneDNN bfloat16
     rewrite on every Session, see serving/precision.py; "": off).
 
     Responses: `tensor_content` (Predict's numeric outputs packed, TensorFlow Serving's
     --enable_serialization_as_tensor_content; default the typed fields), `monitoring_path` (Prometheus
-    metrics on the REST port at this path; None: off).
+    metrics on the REST port at this path; None: off; set from `monitoring_config_file`).
     """
 
     host: str = "127.0.0.1"
-    port: int | None = 8500
-    rest_api_port: int | None = 8501
+    port: int | None = 8500  # gRPC's TCP port: 8500 unless given; 0: any free port; None: none (socket only)
+    rest_api_port: int | None = 8501  # REST's port: 8501 unless given; 0: any free port; None: no REST
     grpc_socket_path: str | None = None
     ssl_config_file: str | None = None
     grpc_channel_arguments: str = ""
@@ -101,6 +108,42 @@ class ServerOptions:
     mixed_precision: str = ""
     tensor_content: bool = False
     monitoring_path: str | None = None
+    # The models and the files read when the server is built (serve()'s own arguments); added last, so that
+    # the fields above keep their positions.
+    model_base_path: str | None = None  # a directory of integer version directories, local or a URL (gs://...)
+    model_name: str | None = None  # None: the base path's last component
+    model_config_file: str | None = None  # a ModelServerConfig text proto (instead of model_base_path)
+    enable_batching: bool = False
+    batching_parameters_file: str | None = None  # a BatchingParameters text proto; needs enable_batching
+    batching_parameters: dict | None = None  # BatchingConfig fields overriding the file's
+    monitoring_config_file: str | None = None  # a MonitoringConfig text proto -> monitoring_path
+    # TensorFlow Serving's: each Session's intra- and inter-op threads (0: TensorFlow's choice), or each pool's
+    tensorflow_session_parallelism: int = 0
+    tensorflow_intra_op_parallelism: int = 0
+    tensorflow_inter_op_parallelism: int = 0
 
     def replace(self, **changes) -> "ServerOptions":
         return dataclasses.replace(self, **changes)
+
+
+def with_session_parallelism(options):
+    """`options` with its `tensorflow_*_parallelism` fields in `session_config` (a copy, its other settings
+    kept), by TensorFlow Serving's rule: session parallelism for both pools, or intra / inter separately, not
+    all three. Unchanged when all three are 0; applying it twice changes nothing more."""
+    session, intra, inter = (options.tensorflow_session_parallelism, options.tensorflow_intra_op_parallelism,
+                             options.tensorflow_inter_op_parallelism)
+    if not (session or intra or inter):
+        return options
+    if session > 0 and intra > 0 and inter > 0:
+        raise UserError("Either configure --tensorflow_session_parallelism or (--tensorflow_intra_op_parallelism, "
+                        "--tensorflow_inter_op_parallelism) separately. You cannot configure all.")
+    import tensorflow as tf  # here: `xlnet-tf query` and --help import this module without TensorFlow
+
+    if intra > 0 or inter > 0:
+        session = 0
+    config = tf.compat.v1.ConfigProto()
+    if options.session_config is not None:
+        config.CopyFrom(options.session_config)
+    config.intra_op_parallelism_threads = intra or session
+    config.inter_op_parallelism_threads = inter or session
+    return options.replace(session_config=config)

@@ -19,7 +19,7 @@ from .grpc_api import add_services, grpc_server_arguments
 from .health import add_health_service
 from .manager import ModelManager
 from .monitoring import Metrics, load_monitoring_config
-from .options import ServerOptions, batching_grpc_threads, default_grpc_max_threads
+from .options import ServerOptions, batching_grpc_threads, default_grpc_max_threads, with_session_parallelism
 from .rest_api import RestServer
 from .security import server_credentials
 
@@ -32,7 +32,8 @@ def _address(host, port):
 
 class ModelServer:
     """A running (after `start()`) TensorFlow-Serving-compatible server for `entries` (ModelEntry list),
-    configured by `options` (a ServerOptions; keyword arguments override its fields). `grpc_max_threads` None:
+    configured by `options` (a ServerOptions; keyword arguments override its fields; `serve_with` reads its model
+    fields, this only re-reads `model_config_file` as it says). `grpc_max_threads` None:
     the default for its batching and models (options.default_grpc_max_threads), in `self.options` from here on.
 
     Attributes once started: `port` and `rest_api_port` (the bound ports; None when REST is off),
@@ -40,13 +41,13 @@ class ModelServer:
     event log in `manager.events`), `scheduler` (None without batching; counters in `batch_stats()`).
     """
 
-    def __init__(self, entries, options=None, *, model_config_file=None, **changes):
+    def __init__(self, entries, options=None, **changes):
         options = (options or ServerOptions()).replace(**changes)
         self.entries = list(entries)
         if options.grpc_max_threads is None:
             options = options.replace(grpc_max_threads=default_grpc_max_threads(options.batching, len(self.entries)))
         self.options = options
-        self.model_config_file = model_config_file  # re-read every model_config_file_poll_wait_seconds
+        self.model_config_file = options.model_config_file  # re-read every model_config_file_poll_wait_seconds
         self.host = options.host
         self.metrics = Metrics() if options.monitoring_path else None
         if options.monitoring_path and options.rest_api_port is None:
@@ -228,36 +229,52 @@ def serve(model_base_path=None, model_name=None, model_config_file=None, port=..
     `options` and/or as a keyword (`poll_interval`, `max_request_bytes`, `grpc_max_threads`, ...).
     `grpc_max_threads` unset: the most of 64, 4 x CPUs and, with batching, 2 x max_batch_size x models (a
     request holds its RPC's thread while it waits for its batch).
+
+    Each argument above sets the ServerOptions field of its name (`enable_serialization_as_tensor_content`:
+    `tensor_content`); one left at its default (None, False; `...` for the ports) keeps the value in `options`.
+    The server is `serve_with` of the result.
     """
-    if model_config_file:
-        if model_base_path or model_name:
-            raise UserError("give either --model-config-file or --model-base-path/--model-name, not both")
-        entries = load_model_config(model_config_file)
-    elif model_base_path:
-        base = os.fspath(model_base_path)
-        name = model_name or files.basename(base if files.is_remote(base) else os.path.normpath(base))
-        entries = [ModelEntry(name=name, base_path=base)]
-    else:
-        raise UserError("nothing to serve: give --model-base-path (with --model-name) or --model-config-file")
     if "grpc_max_workers" in fields:  # the earlier name of grpc_max_threads
         fields["grpc_max_threads"] = fields.pop("grpc_max_workers")
-    for name, value in (("host", host), ("tensor_content", enable_serialization_as_tensor_content)):
-        if value is not None:
-            fields[name] = value
+    given = {"model_base_path": model_base_path, "model_name": model_name, "model_config_file": model_config_file,
+             "host": host, "batching_parameters_file": batching_parameters_file,
+             "batching_parameters": batching_parameters, "monitoring_config_file": monitoring_config_file,
+             "tensor_content": enable_serialization_as_tensor_content}
+    fields.update({name: value for name, value in given.items() if value is not None})
+    if enable_batching:
+        fields["enable_batching"] = True
     for name, value in (("port", port), ("rest_api_port", rest_api_port)):
         if value is not ...:  # None: off
             fields[name] = value
-    if batching_parameters_file and not enable_batching:
+    return serve_with((options or ServerOptions()).replace(**fields))
+
+
+def serve_with(options) -> ModelServer:
+    """The ModelServer (not started) of a ServerOptions: its models from `model_config_file` or
+    `model_base_path` / `model_name`, its batching from `enable_batching` and the batching files, its metrics
+    path from `monitoring_config_file`, its Session threads from the `tensorflow_*_parallelism` fields."""
+    if options.model_config_file:
+        if options.model_base_path or options.model_name:
+            raise UserError("give either --model-config-file or --model-base-path/--model-name, not both")
+        entries = load_model_config(options.model_config_file)
+    elif options.model_base_path:
+        base = os.fspath(options.model_base_path)
+        name = options.model_name or files.basename(base if files.is_remote(base) else os.path.normpath(base))
+        entries = [ModelEntry(name=name, base_path=base)]
+    else:
+        raise UserError("nothing to serve: give --model-base-path (with --model-name) or --model-config-file")
+    if options.batching_parameters_file and not options.enable_batching:
         raise UserError("--batching-parameters-file needs --enable-batching")
-    if enable_batching:
-        fields["batching"] = load_batching_config(batching_parameters_file, batching_parameters)
-    if monitoring_config_file:
-        fields["monitoring_path"] = load_monitoring_config(monitoring_config_file)
-    options = (options or ServerOptions()).replace(**fields)
+    if options.enable_batching:
+        options = options.replace(batching=load_batching_config(options.batching_parameters_file,
+                                                                options.batching_parameters))
+    if options.monitoring_config_file:
+        options = options.replace(monitoring_path=load_monitoring_config(options.monitoring_config_file))
+    options = with_session_parallelism(options)
     check_options(options)
     if options.mixed_precision:
         options = _mixed_precision(options)
-    return ModelServer(entries, options, model_config_file=model_config_file)
+    return ModelServer(entries, options)
 
 
 def _mixed_precision(options):

@@ -1374,7 +1374,7 @@ def test_predict_outputs_in_typed_fields_unless_tensor_content_is_asked(models, 
     `.float_val`); packed `tensor_content` only with --enable_serialization_as_tensor_content."""
     from tensorflow_serving.apis import predict_pb2
 
-    from xlnet_tf.serving.cli import add_serve_arguments, serve_settings
+    from xlnet_tf.serving.cli import add_serve_arguments, server_options
     from xlnet_tf.serving.tensors import from_ndarray, to_ndarray
 
     parser = add_serve_arguments(argparse.ArgumentParser())
@@ -1383,8 +1383,8 @@ def test_predict_outputs_in_typed_fields_unless_tensor_content_is_asked(models, 
                  ("--enable_serialization_as_tensor_content=false",): False,
                  ("--enable_serialization_as_tensor_content", "true"): True,
                  ("--enable-serialization-as-tensor-content",): True}
-    parsed = {" ".join(k) or "(none)": serve_settings(parser.parse_args(["--model-base-path", "x", *k]),
-                                                      environ={}).get("tensor_content", False)
+    parsed = {" ".join(k) or "(none)": server_options(parser.parse_args(["--model-base-path", "x", *k]),
+                                                      environ={}).tensor_content
               for k in spellings}
     print(f"\n--enable_serialization_as_tensor_content parsed: {parsed} (bound {list(spellings.values())})")
     assert list(parsed.values()) == list(spellings.values())

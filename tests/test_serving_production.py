@@ -473,7 +473,8 @@ def _config_text(models):
 def test_model_config_file_form_with_polling(base, tmp_path):
     """The --model_config_file form, parsed by `xlnet-tf serve`'s own parser; a model added to the file is
     served within two poll periods while the kept model answers every request."""
-    from xlnet_tf.serving.cli import build_parser, serve_settings
+    from xlnet_tf.serving.cli import build_parser, server_options
+    from xlnet_tf.serving.server import serve_with
 
     poll = 1
     config = tmp_path / "models.config"
@@ -483,12 +484,11 @@ def test_model_config_file_form_with_polling(base, tmp_path):
             f"--model_config_file_poll_wait_seconds={poll}", "--enable_batching=true",
             "--enable_serialization_as_tensor_content=true", "--enable_grpc_healthcheck_service", "true",
             "--file_system_poll_wait_seconds", "1", "--enable_reload_config=false"]
-    settings = serve_settings(build_parser().parse_args(argv), environ={})
+    options = server_options(build_parser().parse_args(argv), environ={})
     print("\n" + " ".join(argv[1:]))
-    print(f"    -> {settings}")
-    check("REST without --rest_api_port", settings.get("rest_api_port", "unset"), "None (off, as there)",
-          "rest_api_port" in settings and settings["rest_api_port"] is None)
-    instance = serve(**settings).start()
+    print(f"    -> {options}")
+    check("REST without --rest_api_port", options.rest_api_port, "None (off, as there)", options.rest_api_port is None)
+    instance = serve_with(options).start()
     try:
         target = f"127.0.0.1:{port}"
         response = _raw_predict(target, "a fine film")
@@ -538,14 +538,17 @@ def test_model_config_file_form_with_polling(base, tmp_path):
 
 
 def test_command_line_spellings_defaults_and_environment():
-    from xlnet_tf.serving.cli import build_parser, serve_settings
+    from xlnet_tf.serving import ServerOptions
+    from xlnet_tf.serving.cli import build_parser, server_options
 
     def settings(*argv, environ=None):
-        return serve_settings(build_parser().parse_args(["serve", *argv]), environ=environ or {})
+        return server_options(build_parser().parse_args(["serve", *argv]), environ=environ or {})
 
     ours = settings("--model-base-path", "/m/x", "--rest-api-port", "0", "--port", "0")
-    check("our spellings: --rest-api-port 0 --port 0", (ours["rest_api_port"], ours["port"], ours.get("host")),
-          "(0, 0, None): free ports, loopback", (ours["rest_api_port"], ours["port"], ours.get("host")) == (0, 0, None))
+    loopback = ServerOptions().host  # --host not given: the default kept
+    check("our spellings: --rest-api-port 0 --port 0", (ours.rest_api_port, ours.port, ours.host),
+          f"(0, 0, {loopback!r}): free ports, loopback", (ours.rest_api_port, ours.port, ours.host) == (0, 0, loopback)
+          and loopback == "127.0.0.1")
     theirs = settings("--model_base_path=/m/x", "--model_name", "x", "--rest_api_port=8501", "--grpc_max_threads=3",
                       "--rest_api_num_threads=5", "--rest_api_timeout_in_ms=700", "--saved_model_tags=serve,gpu",
                       "--tensorflow_session_parallelism=2", "--enable_model_warmup=false",
@@ -553,15 +556,15 @@ def test_command_line_spellings_defaults_and_environment():
     want = {"model_base_path": "/m/x", "model_name": "x", "rest_api_port": 8501, "grpc_max_threads": 3,
             "rest_api_num_threads": 5, "rest_api_timeout_in_ms": 700, "saved_model_tags": ("serve", "gpu"),
             "enable_warmup": False, "warmup_iterations": 3, "load_retry_interval": 2.0, "host": "0.0.0.0"}
-    got = {key: theirs.get(key) for key in want}
+    got = {key: getattr(theirs, key) for key in want}
     check("TensorFlow Serving's spellings", got, f"== {want}", got == want)
-    session = theirs["session_config"]
+    session = theirs.session_config
     check("--tensorflow_session_parallelism=2", (session.intra_op_parallelism_threads,
                                                 session.inter_op_parallelism_threads), "(2, 2)",
           (session.intra_op_parallelism_threads, session.inter_op_parallelism_threads) == (2, 2))
     docker = settings(environ={"MODEL_NAME": "sentiment", "MODEL_BASE_PATH": "/models"})
-    check("MODEL_NAME / MODEL_BASE_PATH", (docker["model_name"], docker["model_base_path"]),
-          "('sentiment', '/models/sentiment')", (docker["model_name"], docker["model_base_path"]) ==
+    check("MODEL_NAME / MODEL_BASE_PATH", (docker.model_name, docker.model_base_path),
+          "('sentiment', '/models/sentiment')", (docker.model_name, docker.model_base_path) ==
           ("sentiment", "/models/sentiment"))
     for argv, why in ((["--model_base_path=/m/x", "--port=0"], "--port=0"),
                       (["--model_base_path=/m/x", "--platform_config_file=p"], "--platform_config_file"),
