@@ -22,6 +22,9 @@ LENGTH_TASKS = ("lengths-finetune", "lengths-predict", "lengths-latency", "lengt
 # The "documents" group: documents read as segments with Transformer-XL memory (fine-tuning, the export's latency).
 DOCUMENT_TASKS = ("documents-finetune", "documents-latency")
 DOCUMENT_SEGMENTS = (1, 2, 4, 8)  # segments of seq_len per document
+# The "documents-finetune" training modes: (--grad-segments, --recompute), 0 = all segments; the first is the
+# default of `finetune --long-doc memory` (the growth table's), the third the reference of the training table.
+DOCUMENT_TRAINING = ((0, "none"), (0, "blocks"), (1, "none"), (1, "blocks"))
 # The "memory" group: peak memory and step time of training steps with each --recompute mode.
 MEMORY_TASKS = ("memory-pretrain", "memory-finetune")
 # The tasks measured with a --recompute mode and for their peak memory (each case in its own process).
@@ -36,6 +39,10 @@ DEFAULT_TASKS = STEP_TASKS + ("lengths",)  # a run without --tasks
 TASKS = DEFAULT_TASKS + ("squad-lengths", "documents", "memory", "serving", "precision", "generate")  # --tasks
 PRECISIONS = ("float32", "bfloat16")  # of xlnet-tf's step cases (--precisions)
 EXPORT_PRECISIONS = tuple(EXPORTER_PRECISIONS)  # of the "precision" group's exports (--export-precisions)
+# The implementations: xlnet-tf's own (in process, and its SavedModel export), then the references it is held to.
+OURS = ("xlnet-tf", "xlnet-tf-savedmodel")
+REFERENCES = ("keras-hub", "model-garden", "transformers")
+IMPLEMENTATIONS = OURS + REFERENCES  # --implementations
 
 # XLNet-base; the published sizes besides it are in xlnet_tf.config.MODEL_SIZES.
 BASE_SIZE = {"n_token": 32000, "d_model": 768, "n_layer": 12, "n_head": 12, "d_head": 64, "d_inner": 3072}

@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import os
 
-from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, GENERATE_TASKS, LENGTH_TASKS, LENGTHS_FILE, MEMORY_TASKS,
-                                        PRECISION_TASKS, SERVING_TASKS, SQUAD_LENGTHS_FILE, STEP_TASKS)
-from xlnet_tf.benchmarks.suite import (DOCUMENT_TRAINING, GENERATE_TARGET, LATENCY_WHERE, PRECISION_REQUESTS,
-                                       REFERENCES, document_growth, document_mode, document_training,
-                                       generate_comparison, latency_ratio, length_row, precision_comparison,
-                                       recompute_comparison, serving_targets)
+from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, DOCUMENT_TRAINING, GENERATE_TASKS, LENGTH_TASKS, LENGTHS_FILE,
+                                        MEMORY_TASKS, PRECISION_TASKS, REFERENCES, SERVING_TASKS, SQUAD_LENGTHS_FILE,
+                                        STEP_TASKS)
+from xlnet_tf.benchmarks.comparisons import (GENERATE_TARGET, LATENCY_WHERE, document_growth, document_mode,
+                                             document_training, generate_comparison, latency_ratio, length_row,
+                                             precision_comparison, recompute_comparison, serving_targets)
 
+PRECISION_REQUESTS = {"one": "1 text", "batch": "batch"}  # the "precision" task's requests: {key: what it holds}
 COLUMNS = ("implementation", "task", "T", "precision", "XLA", "tokens/s", "ms/step", "GFLOP/s", "% peak",
            "peak MB", *(f"x {r}" for r in REFERENCES), "bf16 rel err")
 LENGTH_COLUMNS = ("implementation", "task", "padding", "batch", "T", "boundaries", "examples/s", "real tok/step",

@@ -2,7 +2,7 @@
 each segment attending to the Transformer-XL memory of the ones before (`XLNetModel.encode_document`).
 
 Fine-tuning: the classification head with `segment_len` = seq_len and memory of every earlier segment, timed
-step by step in the training loop (`run_xlnet_tf.train_steps`) on rows of S * seq_len real tokens built by
+step by step in the training loop (`xlnet_parts.train_steps`) on rows of S * seq_len real tokens built by
 the library's feature builder (`graph_features.classification_inputs` with max_doc_len: left-padded, `<cls>`
 last). Latency: one export of a random classifier fine-tuned with `--long-doc memory` (max_doc_len = the
 largest S * seq_len), whose `serving_default` runs the segments in a `tf.while_loop`, timed in process on one
@@ -59,7 +59,7 @@ def _finetune(case):
     default of `finetune --long-doc memory`; 1: none, the paper's stop_gradient) and `case.recompute`.
     -> seconds [steps], timed_examples, row_tokens, mem_len, loss_first, loss_last and the peak memory
     (`train_steps`)."""
-    from xlnet_tf.benchmarks.run_xlnet_tf import ENCODER_INPUTS, train_steps
+    from xlnet_tf.benchmarks.xlnet_parts import ENCODER_INPUTS, train_steps
     from xlnet_tf.config import RunOptions, XLNetConfig
     from xlnet_tf.heads import XLNetForSequenceClassification, classification_loss
 

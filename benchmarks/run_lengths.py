@@ -21,9 +21,9 @@ import tempfile
 import numpy as np
 
 from xlnet_tf.benchmarks.common import Case, Unsupported, length_examples, time_iterations
+from xlnet_tf.benchmarks.xlnet_parts import EXPORT_VOCAB, xlnet_config
 
 TRAINING_DROPOUT = 0.1
-EXPORT_VOCAB = 2000  # the SentencePiece model of the exported classifier (CPython's documentation)
 SHORT_TEXT = "This function returns a new list."  # 6 words; 7 pieces with the export's vocabulary
 LONG_TOKENS = 120  # the long text's pieces (at most max_seq_len - 2)
 IMPLEMENTATION = {"lengths-finetune": "xlnet-tf", "lengths-predict": "xlnet-tf",
@@ -42,12 +42,6 @@ def run(case: Case) -> dict:
     keras.utils.set_random_seed(0)
     return {"lengths-finetune": _finetune, "lengths-predict": _predict, "lengths-latency": _latency,
             "lengths-squad": _finetune}[case.task](case)
-
-
-def _config(case):
-    from xlnet_tf.config import XLNetConfig
-
-    return XLNetConfig(**case.dims)
 
 
 def _features(case):
@@ -120,7 +114,7 @@ def _finetune(case):
     with tempfile.TemporaryDirectory(prefix="xlnet-tf-bench-") as model_dir:
         head, loss = ((XLNetForTokenClassification, every_position_loss) if case.task == "lengths-squad" else
                       (XLNetForSequenceClassification, classification_loss))
-        trainer = Trainer(strategies.make_strategy(), lambda: head(_config(case), run_options, num_labels=2), loss,
+        trainer = Trainer(strategies.make_strategy(), lambda: head(xlnet_config(case), run_options, num_labels=2), loss,
                           None, options, model_dir, inputs=inputs)
         iterator, mems = trainer.data_iterator(), trainer.initial_mems()
         losses = []
@@ -163,7 +157,7 @@ def _predict(case):
     boundaries = (buckets.auto_boundaries(lengths, case.seq_len, min_rows=case.batch_size)
                   if _spec(case) == "auto" else (case.seq_len,))
     width = packing.choose_width(lengths, case.seq_len) if case.padding == "packed" else None
-    model = XLNetForSequenceClassification(_config(case), RunOptions(dropout=0.0, dropatt=0.0), num_labels=2)
+    model = XLNetForSequenceClassification(xlnet_config(case), RunOptions(dropout=0.0, dropatt=0.0), num_labels=2)
 
     def predict():
         return run_model(model, "classification", features, case.batch_size, boundaries, packed_width=width)
@@ -246,9 +240,9 @@ def load_random_export(work, case, max_doc_len=None, precision="float32"):
     exported under `work` and loaded in process -> (the export's version directory, the loaded SavedModel)."""
     import tensorflow as tf
 
-    from xlnet_tf.benchmarks.run_xlnet_tf import export_random_classifier
+    from xlnet_tf.benchmarks.xlnet_parts import export_random_classifier
 
-    version = export_random_classifier(work, _config(case), case.seq_len, EXPORT_VOCAB,
+    version = export_random_classifier(work, xlnet_config(case), case.seq_len, EXPORT_VOCAB,
                                        os.path.join(work, "export", "classifier"), max_doc_len=max_doc_len,
                                        precision=precision)
     return version, tf.saved_model.load(version)
@@ -271,7 +265,7 @@ def longest_text(tokenize, max_tokens, start=0):
     """The longest run of words of CPython's documentation from its `start`-th word with at most `max_tokens`
     pieces (counted by an export's `tokenize` signature; a word is at least one piece, so the count grows with
     the words and is bisected) -> {"text", "tokens"}."""
-    from xlnet_tf.benchmarks.run_xlnet_tf import doc_lines
+    from xlnet_tf.benchmarks.xlnet_parts import doc_lines
 
     words = " ".join(doc_lines()).split()[start:start + 4 * max_tokens]
     low, high = 1, len(words)  # the answer lies in [low, high]: one word fits (pieces >= words)

@@ -4,7 +4,7 @@ seq_len-token row with `<sep> <cls>`) and on a batch of batch_size such texts, i
 serve`, and its logits on that batch.
 
 Each precision is its own case (its own worker process, its own export); the parent compares the logits with the
-float32 case's (`suite.precision_comparison`), which the seeded initialisation makes the same classifier:
+float32 case's (`comparisons.precision_comparison`), which the seeded initialisation makes the same classifier:
 `weights_digest` says so (equal digests, equal weights and vocabulary), and no comparison is made without it.
 """
 

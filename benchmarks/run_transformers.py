@@ -36,10 +36,6 @@ def run(case: Case) -> dict:
         import transformers  # noqa: F401
     except ImportError as error:
         raise ReferenceMissing(f"transformers (with torch) is not installed: {error}") from error
-    if case.task == "generate":
-        from xlnet_tf.benchmarks import run_generate
-
-        return run_generate.run_transformers(case)
     _check(case)
     torch.manual_seed(SEED)
     if case.task == "lengths-finetune":

@@ -84,11 +84,10 @@ def run(case) -> dict:
             base, name, version = resolve(params["export_dir"])
             model = version
         else:
-            from xlnet_tf.benchmarks.run_lengths import EXPORT_VOCAB, _config
-            from xlnet_tf.benchmarks.run_xlnet_tf import export_random_classifier
+            from xlnet_tf.benchmarks.xlnet_parts import EXPORT_VOCAB, export_random_classifier, xlnet_config
 
             began = time.perf_counter()
-            version = export_random_classifier(work, _config(case), case.seq_len, EXPORT_VOCAB,
+            version = export_random_classifier(work, xlnet_config(case), case.seq_len, EXPORT_VOCAB,
                                                os.path.join(work, "export", "classifier"), label_names=LABEL_NAMES)
             base, name, version = resolve(os.path.dirname(version))
             model = f"random XLNet classifier, exported in {time.perf_counter() - began:.0f} s"
@@ -197,7 +196,7 @@ def length_texts(tokenize, count, max_seq_len, seed=0):
     import tensorflow as tf
 
     from xlnet_tf.benchmarks.common import SPECIAL_TOKENS, sample_lengths
-    from xlnet_tf.benchmarks.run_xlnet_tf import doc_lines
+    from xlnet_tf.benchmarks.xlnet_parts import doc_lines
 
     targets = np.maximum(sample_lengths(count, max_seq_len, seed) - SPECIAL_TOKENS, 1)
     words = " ".join(doc_lines()).split()
@@ -495,11 +494,10 @@ def stop_server(process, lines):
 
 
 def main(argv=None):
-    """`xlnet-tf benchmark --tasks serving --implementations xlnet-tf-savedmodel` with `argv`'s options."""
-    from xlnet_tf import cli
-
-    return cli.main(["benchmark", "--tasks", "serving", "--implementations", "xlnet-tf-savedmodel",
-                     *(sys.argv[1:] if argv is None else argv)])
+    """`xlnet-tf benchmark --tasks serving --implementations xlnet-tf-savedmodel` with `argv`'s options, run as
+    that command (its own process: the benchmarks sit below the command line and do not import it)."""
+    return subprocess.call([sys.executable, "-m", "xlnet_tf.cli", "benchmark", "--tasks", "serving",
+                            "--implementations", "xlnet-tf-savedmodel", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

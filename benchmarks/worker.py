@@ -18,13 +18,6 @@ import sys
 import traceback
 
 RESULT_PREFIX = "BENCHMARK_RESULT "
-RUNNERS = {
-    "xlnet-tf": "xlnet_tf.benchmarks.run_xlnet_tf",
-    "xlnet-tf-savedmodel": "xlnet_tf.benchmarks.run_xlnet_tf",
-    "keras-hub": "xlnet_tf.benchmarks.run_keras_hub",
-    "model-garden": "xlnet_tf.benchmarks.run_model_garden",
-    "transformers": "xlnet_tf.benchmarks.run_transformers",
-}
 # Imported before the baseline memory reading, so that their size does not count as the case's.
 FRAMEWORKS = {
     "xlnet-tf": ("tensorflow", "keras", "tensorflow_text", "xlnet_tf.model"),
@@ -48,6 +41,57 @@ def peak_resident_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
 
 
+def runner(case):
+    """The function that measures `case` (which runner handles which case is decided here only): xlnet-tf's task
+    groups have a module each, "generate" is `run_generate`'s for xlnet-tf and transformers alike, and every other
+    case goes to its implementation's runner, which rejects the tasks it does not run. Only that module is
+    imported (after the baseline memory reading, as the case's)."""
+    from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, GENERATE_TASKS, LENGTH_TASKS, OURS, PRECISION_TASKS,
+                                            SERVING_TASKS)
+
+    if case.implementation in OURS:
+        if case.task in LENGTH_TASKS:
+            from xlnet_tf.benchmarks import run_lengths
+
+            return run_lengths.run
+        if case.task in DOCUMENT_TASKS:
+            from xlnet_tf.benchmarks import run_documents
+
+            return run_documents.run
+        if case.task in SERVING_TASKS:
+            from xlnet_tf.benchmarks import serving
+
+            return serving.run
+        if case.task in PRECISION_TASKS:
+            from xlnet_tf.benchmarks import run_precision
+
+            return run_precision.run
+        if case.task in GENERATE_TASKS:
+            from xlnet_tf.benchmarks import run_generate
+
+            return run_generate.run_xlnet_tf
+        from xlnet_tf.benchmarks import run_xlnet_tf
+
+        return run_xlnet_tf.run
+    if case.implementation == "keras-hub":
+        from xlnet_tf.benchmarks import run_keras_hub
+
+        return run_keras_hub.run
+    if case.implementation == "model-garden":
+        from xlnet_tf.benchmarks import run_model_garden
+
+        return run_model_garden.run
+    if case.implementation == "transformers" and case.task in GENERATE_TASKS:
+        from xlnet_tf.benchmarks import run_generate
+
+        return run_generate.run_transformers
+    if case.implementation == "transformers":
+        from xlnet_tf.benchmarks import run_transformers
+
+        return run_transformers.run
+    raise KeyError(case.implementation)
+
+
 def measure_case(case_dict):
     from xlnet_tf.benchmarks.common import Case, ReferenceMissing, Unsupported
 
@@ -59,7 +103,7 @@ def measure_case(case_dict):
         return {"status": "missing", "error": f"{error}"}
     baseline = resident_mb()
     try:
-        result = importlib.import_module(RUNNERS[case.implementation]).run(case)
+        result = runner(case)(case)
     except ReferenceMissing as error:
         return {"status": "missing", "error": str(error)}
     except Unsupported as error:

@@ -349,7 +349,7 @@ def test_length_targets_and_report(tmp_path, capsys, transformers, expected):
 
 
 def test_worker_statuses(monkeypatch):
-    from xlnet_tf.benchmarks import run_xlnet_tf
+    from xlnet_tf.benchmarks import xlnet_parts as run_xlnet_tf
     from xlnet_tf.benchmarks.worker import measure_case
 
     tiny = {"batch_size": 2, "seq_len": 8, "size": SMALL, "warmup": 0, "iterations": 1}
@@ -1072,7 +1072,7 @@ def test_generate_cases_comparison_and_report(tmp_path):
     """--tasks generate: ours after prompts of 128, 512 and 1,024 tokens, transformers after 128, 128 new tokens
     each; the comparison (tokens/s, ms per token against the shortest prompt, x transformers with the 5x target)
     and its table, on fabricated rows."""
-    from xlnet_tf.benchmarks.suite import GENERATE_TARGET, generate_comparison
+    from xlnet_tf.benchmarks.comparisons import GENERATE_TARGET, generate_comparison
 
     assert not [c for c in plan_cases(BenchmarkOptions()) if c.task == "generate"]
     cases = plan_cases(BenchmarkOptions(tasks=("generate",)))
