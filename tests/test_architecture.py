@@ -1,14 +1,27 @@
-"""The shape of the code, checked from its text (nothing runs): the server split along TensorFlow Serving's seams
-stays split (no file of serving/ over MAX_LINES; the HTTP layer imports nothing of models, JSON bodies or gRPC),
-and no serving module uses another module's private name or closes an import circle."""
+"""The shape of the code, checked from its text (nothing of it runs):
+
+* the layering in .importlinter (text and data -> layers -> model -> heads and tasks -> training, export ->
+  serving, pipelines -> cli; no import circle between the modules of any package), checked by import-linter's
+  `lint-imports` on the installed layout, staged in a temporary folder (export/, serving/ and benchmarks/ as
+  xlnet_tf.export, ...: setup.cfg's package_dir), and shown to fail when one import breaks it;
+* no module imports another module's private name (`from x import _name`);
+* the server split along TensorFlow Serving's seams stays split: no file of serving/ over MAX_LINES, the HTTP
+  layer imports nothing of models, JSON bodies or gRPC, no import circle among serving's modules."""
 
 from __future__ import annotations
 
 import ast
+import configparser
 import glob
 import os
+import shutil
+import subprocess
+import sys
+
+import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+CONTRACTS = os.path.join(ROOT, ".importlinter")
 SERVING = os.path.join(ROOT, "serving")
 MAX_LINES = 600
 # What the HTTP/1.1 layer may import from its own package: framing, deadlines and error codes, nothing that knows
@@ -99,3 +112,77 @@ def test_the_circle_finder_finds_circles():
     found = cycles(graph)
     check("circles found in a made-up graph", found, "[['a', 'b', 'c'], ['cli', 'server']]",
           found == [["a", "b", "c"], ["cli", "server"]])
+
+
+def package_dirs():
+    """setup.cfg's package_dir: installed package name -> folder in the repository."""
+    parser = configparser.ConfigParser()
+    parser.read(os.path.join(ROOT, "setup.cfg"))
+    lines = [line.split("=") for line in parser["options"]["package_dir"].strip().splitlines()]
+    return {name.strip(): folder.strip() for name, folder in lines}
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """The package's .py files laid out as they install (xlnet_tf/, xlnet_tf/export/, ...) -> that folder."""
+    root = tmp_path_factory.mktemp("installed")
+    for name, folder in package_dirs().items():
+        source = os.path.join(ROOT, folder)
+        for path in glob.glob(os.path.join(source, "**", "*.py"), recursive=True):
+            relative = os.path.relpath(path, source)
+            if relative.split(os.sep)[0] in ("__pycache__",) or (
+                    name == "xlnet_tf" and relative.split(os.sep)[0] in ("export", "serving", "benchmarks")):
+                continue
+            target = root.joinpath(*name.split("."), relative)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+    return root
+
+
+def lint_imports(folder):
+    """`lint-imports` with the repository's contracts on the package staged in `folder` -> (exit status, output)."""
+    env = dict(os.environ, PYTHONPATH=str(folder))
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "lint-imports"), "--config", CONTRACTS,
+                           "--no-cache"], cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_the_import_contracts_hold(installed):
+    status, output = lint_imports(installed)
+    print(output[-3000:])
+    kept = [line.strip() for line in output.splitlines() if line.rstrip().endswith("KEPT")]
+    check("lint-imports exit status", status, "0", status == 0)
+    check("contracts kept", len(kept), "2 (layers, acyclic)", len(kept) == 2)
+
+
+def test_an_import_against_the_layering_breaks_the_contract(installed, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(installed, broken)
+    with open(broken / "xlnet_tf" / "layers" / "positions.py", "a", encoding="utf-8") as f:
+        f.write("\n\ndef _bad():\n    from xlnet_tf.training import loop  # noqa: F401\n")
+    status, output = lint_imports(broken)
+    print(output[-3000:])
+    check("lint-imports exit status with layers/positions.py importing training.loop", status, "1", status == 1)
+    named = "xlnet_tf.layers.positions -> xlnet_tf.training.loop" in output
+    check("the report names the import", named, True, named)
+    circle = tmp_path / "circle"
+    shutil.copytree(installed, circle)
+    with open(circle / "xlnet_tf" / "data" / "labels.py", "a", encoding="utf-8") as f:
+        f.write("\n\ndef _bad():\n    from xlnet_tf.data import readers  # noqa: F401\n")
+    with open(circle / "xlnet_tf" / "data" / "readers.py", "a", encoding="utf-8") as f:
+        f.write("\n\nfrom xlnet_tf.data import labels  # noqa: E402,F401\n")
+    status, output = lint_imports(circle)
+    check("lint-imports exit status with data.labels <-> data.readers", status, "1", status == 1)
+    broken_names = [line.strip() for line in output.splitlines() if line.rstrip().endswith("BROKEN")]
+    check("contracts broken by the circle", broken_names, "the acyclic one",
+          len(broken_names) == 1 and "circles" in broken_names[0])
+
+
+def test_no_module_imports_a_private_name_of_another(installed):
+    crossing = []
+    for path in sorted(glob.glob(str(installed / "**" / "*.py"), recursive=True)):
+        for node in ast.walk(tree(path)):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                crossing += [f"{os.path.relpath(path, installed)}: {node.module or '.'}.{a.name}"
+                             for a in node.names if a.name.startswith("_") and not a.name.endswith("__")]
+    check("private names imported from another module", crossing, "none", not crossing)
