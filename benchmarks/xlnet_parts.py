@@ -76,7 +76,8 @@ def export_random_classifier(work, config, max_seq_len, vocab_size, export_base,
     max_seq_len with memory (`--long-doc memory`, memory of every earlier segment)."""
     from xlnet_tf.config import RunOptions
     from xlnet_tf.export.exporter import export_model
-    from xlnet_tf.heads import build_head_model, head_arguments, save_finetuned
+    from xlnet_tf.heads import head_arguments, save_finetuned
+    from xlnet_tf.tasks import build_head_model
     from xlnet_tf.tokenization import train_spm
     from xlnet_tf.data.graph_features import document_width
 

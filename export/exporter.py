@@ -119,14 +119,6 @@ WARMUP_FILE = "tf_serving_warmup_requests"
 METADATA_FILE = "xlnet_export.json"
 TMP_PREFIX = ".tmp-xlnet-export-"
 
-# Requests written to assets.extra/tf_serving_warmup_requests (serving_default only).
-_WARMUP_TEXTS = [
-    "XLNet is a generalized autoregressive pretraining method.",
-    "Le café « Zoë » sert une crème brûlée.",
-    "",
-]
-
-
 SAVED_MODEL_FILE = "saved_model.pb"  # published last on remote bases: a version without it is not loadable
 
 
@@ -164,34 +156,12 @@ def _check_free(export_base, version):
     return target
 
 
-def _warmup_inputs(task, finetune_config):
-    """serving_default inputs (name -> list / nested list of str) for a few realistic requests."""
-    texts = _WARMUP_TEXTS
-    if task in ("classification", "regression", "multi-label"):
-        if finetune_config.get("pairs"):
-            return [{"text_a": [t], "text_b": [u]} for t, u in zip(texts, texts[::-1])] + [
-                {"text_a": texts, "text_b": texts[::-1]}]
-        return [{"text": [t]} for t in texts] + [{"text": texts}]
-    if task == "token-classification":
-        return [{"text": [t]} for t in texts] + [{"text": texts + ["", "Paris, New York and Rio de Janeiro."]}]
-    if task == "lm":
-        return [{"text": [t]} for t in texts] + [{"text": texts}]
-    if task == "squad":
-        question = "What is XLNet?"
-        return [{"question": [question], "context": [texts[0]]},
-                {"question": [question, "Qui sert une crème brûlée ?", ""], "context": texts}]
-    choices = int(finetune_config.get("num_choices", 4))
-    options = [f"option {chr(ord('A') + i)}" for i in range(choices)]
-    return [{"article": [texts[0]], "question": ["What is XLNet?"], "options": [options]},
-            {"article": texts, "question": ["Which _ is it?", "Why?", ""], "options": [options] * 3}]
-
-
-def write_warmup(path, model_name, task, finetune_config):
-    """Write ``path`` (TFRecord of ``PredictionLog``s with ``PredictRequest``s for ``serving_default``)."""
+def write_warmup(path, model_name, requests):
+    """Write ``path`` (TFRecord of ``PredictionLog``s with ``PredictRequest``s for ``serving_default``): one a
+    request of ``requests`` (input name -> list / nested list of str, ``ExportTask.warmup_inputs``)."""
     import tensorflow as tf
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
-    requests = _warmup_inputs(task, finetune_config)
     with tf.io.TFRecordWriter(path) as writer:
         for inputs in requests:
             request = predict_pb2.PredictRequest(
@@ -298,8 +268,8 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
       UserError: the version exists already, a bad version / max_seq_len, or a graph with an op that TF
         Serving does not link (nothing is left behind).
     """
-    from xlnet_tf.data.packing import PACKED_TASKS, parse_mode
-    from xlnet_tf.heads import read_finetune_config
+    from xlnet_tf import tasks
+    from xlnet_tf.data.packing import parse_mode
 
     if precision not in PRECISIONS:
         raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -314,29 +284,27 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
         raise UserError("--max-new-tokens is for a language model's export (a pretrained or converted directory) "
                         f"and must be at least 1, got {max_new_tokens} for {model_dir}")
     if lm:
-        finetune_config = {"task": "lm", "max_seq_len": LM_PROMPT_LEN,
+        task = tasks.LANGUAGE_MODEL
+        finetune_config = {"task": task.name, "max_seq_len": LM_PROMPT_LEN,
                            "max_new_tokens": max_new_tokens or LM_NEW_TOKENS}
     else:
-        finetune_config = read_finetune_config(model_dir)  # fails early on a directory that is not fine-tuned
+        finetune_config = tasks.read_finetune_config(model_dir)  # fails early on a directory that is not fine-tuned
+        task = tasks.get(finetune_config["task"])
     version = _resolve_version(export_base, version)
     _check_free(export_base, version)
-    task = finetune_config["task"]
     length = int(max_seq_len or finetune_config.get("max_seq_len") or 0)
     if finetune_config.get("long_doc") == "memory" and length != finetune_config["max_seq_len"] and not reusable:
         raise UserError(f"--max-seq-len of a long-document model is its segment length, "
                         f"{finetune_config['max_seq_len']}; got {length} (documents take up to max_doc_len "
                         f"{finetune_config['max_doc_len']} tokens)")
-    minimum = {"squad": int(finetune_config.get("max_query_len", 64)) + 4, "race": 4, "lm": 1}.get(task, 3)
-    minimum = 3 if reusable else minimum
+    minimum = 3 if reusable else task.min_seq_len(finetune_config)
     if length < minimum:
-        raise UserError(f"--max-seq-len must be at least {minimum} for this {task} model, got {length}")
+        raise UserError(f"--max-seq-len must be at least {minimum} for this {task.name} model, got {length}")
 
     import tensorflow as tf
 
     from . import ops
-    from .signatures import (EXAMPLE_METHODS, EXAMPLE_SIGNATURES, build_generation_module, build_reusable_module,
-                             build_serving_module)
-    from xlnet_tf.heads import load_finetuned
+    from .signatures import build_generation_module, build_reusable_module, build_serving_module
     from xlnet_tf.model import SPM_FILE
     from xlnet_tf.tokenization import XLNetTokenizer, tokenizer_settings
 
@@ -346,7 +314,7 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
         model, tokenizer = load_generator(model_dir, dtype=PRECISIONS[precision])
     else:
         # float32 variables whatever the training precision (computing in `precision`); no dropout.
-        model, _ = load_finetuned(model_dir, dtype=PRECISIONS[precision], dropout=0.0, dropatt=0.0)
+        model, _ = tasks.load_finetuned(model_dir, dtype=PRECISIONS[precision], dropout=0.0, dropatt=0.0)
         tokenizer = XLNetTokenizer(os.path.join(model_dir, finetune_config.get("spm_model") or SPM_FILE),
                                    **tokenizer_settings(finetune_config))
     if lm:
@@ -363,16 +331,18 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
         staging = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=export_base)
     try:
         tf.saved_model.save(root, staging, signatures=signatures)
-        if not reusable and task in EXAMPLE_SIGNATURES:
-            set_method_names(staging, {EXAMPLE_SIGNATURES[task]: EXAMPLE_METHODS[task]})
+        examples = {} if reusable else task.example_methods  # Classify / Regress signatures
+        if examples:
+            set_method_names(staging, examples)
         extra = os.path.join(staging, "assets.extra")
         os.makedirs(extra, exist_ok=True)
         if not reusable:
-            write_warmup(os.path.join(extra, WARMUP_FILE), files.basename(export_base), task, finetune_config)
+            write_warmup(os.path.join(extra, WARMUP_FILE), files.basename(export_base),
+                         task.warmup_inputs(finetune_config))
         metadata = {
             "kind": "reusable_encoder" if reusable else "serving",
-            "task": task, "max_seq_len": length, "version": version, "precision": precision,
-            "packing": "requests" if packing == "auto" and not reusable and task in PACKED_TASKS and
+            "task": task.name, "max_seq_len": length, "version": version, "precision": precision,
+            "packing": "requests" if packing == "auto" and not reusable and task.packs and
             finetune_config.get("long_doc", "truncate") == "truncate" else "none",
             "label_names": finetune_config.get("label_names"), "pairs": bool(finetune_config.get("pairs")),
             **tokenizer.settings,  # lower_case, keep_accents, remove_space
@@ -383,8 +353,7 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
             "max_new_tokens": finetune_config.get("max_new_tokens"),
             "signatures": _signature_summary(signatures),
             # the tf.Example features the classification / regression signature reads (bytes, UTF-8 text)
-            "example_features": (["text_a", "text_b"] if finetune_config.get("pairs") else ["text"])
-            if not reusable and task in EXAMPLE_SIGNATURES else None,
+            "example_features": list(task.text_inputs(finetune_config)) if examples else None,
         }
         with open(os.path.join(extra, METADATA_FILE), "w", encoding="utf-8") as f:
             json.dump(metadata, f, indent=2, sort_keys=True)

@@ -108,7 +108,8 @@ def tiny_finetuned_classifier(work, texts, config, max_seq_len, seed, label_name
     import pydoc_data.topics
 
     from xlnet_tf.config import RunOptions
-    from xlnet_tf.heads import build_head_model, head_arguments, save_finetuned
+    from xlnet_tf.heads import head_arguments, save_finetuned
+    from xlnet_tf.tasks import build_head_model
     from xlnet_tf.tokenization import train_spm
 
     lines = [line.strip() for _, text in sorted(pydoc_data.topics.topics.items())

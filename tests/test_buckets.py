@@ -15,7 +15,7 @@ from xlnet_tf.config import RunOptions
 from xlnet_tf.data import buckets
 from xlnet_tf.data import graph_features as gf
 from xlnet_tf.errors import UserError
-from xlnet_tf.heads import build_head_model
+from xlnet_tf.tasks import build_head_model
 from xlnet_tf.training.finetune import INPUTS, LABELS, LEFT_PADDED, TaskInput, crop, run_model
 
 L = 48

@@ -192,7 +192,7 @@ def test_unimplemented_things_stop_the_conversion_naming_them(tmp_path, vocab, c
 
 
 def test_every_problem_listed_at_once_and_allow_unused_converts(tmp_path, vocab, capsys, caplog):
-    from xlnet_tf.heads import load_finetuned
+    from xlnet_tf.tasks import load_finetuned
 
     rng = np.random.default_rng(2)
     tensors = {**encoder_tensors(rng, vocab), **classification_tensors(rng),

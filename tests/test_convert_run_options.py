@@ -218,7 +218,8 @@ def test_finetune_applies_and_records_what_a_head_computes_with_and_predict_uses
     import types
 
     from xlnet_tf.config import RunOptions
-    from xlnet_tf.heads import build_head_model, load_finetuned, save_finetuned, write_head_run_options
+    from xlnet_tf.heads import save_finetuned, write_head_run_options
+    from xlnet_tf.tasks import build_head_model, load_finetuned
     from xlnet_tf.training import finetune
 
     init = converted(tmp_path, "init", spm96, clamp_len=2, mem_len=8, reuse_len=4, bi_data=True)

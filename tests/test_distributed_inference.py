@@ -14,7 +14,7 @@ SCRIPT = textwrap.dedent("""
 
     strategy = make_strategy("mirrored", cpu_devices=2)  # before TensorFlow initialises its devices
     from xlnet_tf.config import RunOptions, XLNetConfig
-    from xlnet_tf.heads import build_head_model
+    from xlnet_tf.tasks import build_head_model
     from xlnet_tf.training import finetune
 
     config = XLNetConfig(n_token=200, d_model=32, n_layer=2, n_head=4, d_head=8, d_inner=48)

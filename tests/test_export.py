@@ -145,7 +145,8 @@ def finetuned(work, spm_file):
     import keras
 
     from xlnet_tf.config import RunOptions, XLNetConfig
-    from xlnet_tf.heads import build_head_model, head_arguments, save_finetuned
+    from xlnet_tf.heads import head_arguments, save_finetuned
+    from xlnet_tf.tasks import build_head_model
 
     spm_dir = work / "spm_dir"
     spm_dir.mkdir()
@@ -166,7 +167,7 @@ def finetuned(work, spm_file):
 @pytest.fixture(scope="module")
 def references(finetuned):
     """name -> (in-Python model, finetune_config)."""
-    from xlnet_tf.heads import load_finetuned
+    from xlnet_tf.tasks import load_finetuned
 
     return {name: load_finetuned(path, dropout=0.0, dropatt=0.0) for name, path in finetuned.items()}
 
@@ -490,7 +491,8 @@ def test_tokenize_signature(served, features):
 
 
 def test_squad_matches_squad_predictions(served, references, features):
-    from xlnet_tf.training.finetune import TaskData, squad_predictions
+    from xlnet_tf.tasks.base import TaskData
+    from xlnet_tf.tasks.squad import squad_predictions
 
     model, _ = references["squad"]
     for key, name, questions, contexts in (("squad/batch", "squad", QUESTIONS, CONTEXTS),

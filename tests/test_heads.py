@@ -11,7 +11,7 @@ from safetensors.numpy import load_file
 
 from test_official_checkpoint import published_variables, write_tf1_checkpoint
 from xlnet_tf.cli import main
-from xlnet_tf.heads import load_finetuned, read_finetune_config
+from xlnet_tf.tasks import load_finetuned, read_finetune_config
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "transformers")
 HEADS = {case["name"]: case for case in json.load(open(os.path.join(FIXTURES, "cases.json")))["heads"]}

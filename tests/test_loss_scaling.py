@@ -42,7 +42,8 @@ def trainer(directory, loss_multiplier=1.0, dtype="mixed_float16", **options):
     import keras
 
     from xlnet_tf.config import RunOptions
-    from xlnet_tf.heads import build_head_model, classification_loss
+    from xlnet_tf.heads import classification_loss
+    from xlnet_tf.tasks import build_head_model
     from xlnet_tf.training.loop import Trainer, TrainingOptions
 
     keras.utils.set_random_seed(2)

@@ -19,7 +19,7 @@ from conftest import check_close as check, ragged_ids, resumes_bit_identical, ti
 from xlnet_tf.config import RunOptions
 from xlnet_tf.data import buckets, packing
 from xlnet_tf.data import graph_features as gf
-from xlnet_tf.heads import build_head_model
+from xlnet_tf.tasks import build_head_model
 from xlnet_tf.training.finetune import INPUTS, LABELS, TaskInput, run_model
 
 OUTPUT_BOUND = 1e-5

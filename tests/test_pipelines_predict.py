@@ -34,7 +34,8 @@ def model(work):
 
     from xlnet_tf.config import RunOptions, XLNetConfig
     from xlnet_tf.export.exporter import export_model
-    from xlnet_tf.heads import build_head_model, head_arguments, save_finetuned
+    from xlnet_tf.heads import head_arguments, save_finetuned
+    from xlnet_tf.tasks import build_head_model
     from xlnet_tf.tokenization import train_spm
 
     corpus = work / "corpus.txt"

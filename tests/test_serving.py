@@ -993,7 +993,8 @@ def real_exports(tmp_path_factory):
 
     from xlnet_tf.config import RunOptions, XLNetConfig
     from xlnet_tf.export.exporter import export_model
-    from xlnet_tf.heads import build_head_model, head_arguments, save_finetuned
+    from xlnet_tf.heads import head_arguments, save_finetuned
+    from xlnet_tf.tasks import build_head_model
     from xlnet_tf.tokenization import train_spm
 
     work = tmp_path_factory.mktemp("real_export")

@@ -29,7 +29,8 @@ def check(name, value, bound, ok):
 def test_head_matches_transformers(tmp_path):
     import tensorflow as tf
 
-    from xlnet_tf.heads import load_finetuned, token_classification_loss
+    from xlnet_tf.heads import token_classification_loss
+    from xlnet_tf.tasks import load_finetuned
 
     head = next(case for case in json.load(open(os.path.join(FIXTURES, "cases.json")))["heads"]
                 if case["head"] == "token_classification")

@@ -67,7 +67,8 @@ def finetuning_trainer(model_dir):
     from xlnet_tf.config import RunOptions
     from xlnet_tf.data import buckets
     from xlnet_tf.data import graph_features as gf
-    from xlnet_tf.heads import build_head_model, classification_loss
+    from xlnet_tf.heads import classification_loss
+    from xlnet_tf.tasks import build_head_model
     from xlnet_tf.training.finetune import INPUTS, LABELS, TaskInput
     from xlnet_tf.training.loop import Trainer, TrainingOptions
 

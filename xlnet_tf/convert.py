@@ -20,7 +20,7 @@ import typing
 
 import numpy as np
 
-from xlnet_tf import files
+from xlnet_tf import files, tasks
 from xlnet_tf.config import ATTN_TYPES, ConfigError, RunOptions, XLNetConfig, head_run_options
 from xlnet_tf.errors import Spelling, UserError
 
@@ -88,7 +88,7 @@ def assign_weights(model, weights, source, strict=False):
 def _save(config, weights, out_dir, source, extra_files=(), finetune_config=None, strict=False, run_options=None):
     """Builds the model, assigns `weights` and saves it; `run_options` (RunOptions fields, in xlnet-tf's
     conventions) are recorded in OUT's run_options.json, the defaults of whatever loads it."""
-    from xlnet_tf.heads import build_head_model, head_arguments, save_finetuned
+    from xlnet_tf.heads import head_arguments, save_finetuned
     from xlnet_tf.model import RUN_OPTIONS_FILE, XLNetModel, XLNetPretrainer
 
     recorded = RunOptions.from_dict(run_options or {}, source=f"{source}: run options").recorded()
@@ -98,7 +98,7 @@ def _save(config, weights, out_dir, source, extra_files=(), finetune_config=None
     run_options = RunOptions(dropout=0.0, dropatt=0.0, **recorded)
     extra_files = [f for f in extra_files if f]
     if finetune_config:
-        model = build_head_model(finetune_config["task"], config, run_options, **head_arguments(finetune_config))
+        model = tasks.build_head_model(finetune_config["task"], config, run_options, **head_arguments(finetune_config))
         assign_weights(model, weights, source, strict)
         save_finetuned(model, out_dir, finetune_config, extra_files)
         return model

@@ -24,8 +24,8 @@ import tempfile
 from xlnet_tf.config import HEAD_RUN_OPTIONS, ConfigError, RunOptions, XLNetConfig, head_run_options
 from xlnet_tf.layers.dropout import Dropout
 from xlnet_tf import files
-from xlnet_tf.model import (RUN_OPTIONS_FILE, XLNetModel, layer_from_config, load_run_options, read_model_config,
-                            read_run_options, restore_checkpoint, write_pretrained)
+from xlnet_tf.model import (RUN_OPTIONS_FILE, XLNetModel, layer_from_config, read_run_options, restore_checkpoint,
+                            write_pretrained)
 
 log = logging.getLogger(__name__)
 
@@ -409,38 +409,10 @@ def token_classification_loss(outputs, batch):
 # -- fine-tuned directories: the checkpoint plus finetune_config.json (task, labels, max_seq_len, head) --------
 
 FINETUNE_FILE = "finetune_config.json"
-TASKS = ("classification", "regression", "squad", "race", "token-classification", "multi-label")
-
-
-def build_head_model(task, config, run_options=None, dtype=None, **head):
-    """The head model for a task: classification (num_labels), regression, squad (squad_head "beam", the
-    original's, or "simple"; start_n_top, end_n_top), race (multiple choice), token-classification
-    (num_labels), multi-label (num_labels: each label's own sigmoid over the classification logits)."""
-    document = {k: head[k] for k in DOCUMENT_KWARGS if k in head} if head.get("segment_len") else {}
-    if document and task in ("squad", "token-classification"):
-        raise ConfigError("long documents with memory (segment_len) are for classification, regression and race")
-    if task in ("classification", "multi-label"):  # multi-label: the same logits, each label's own sigmoid
-        return XLNetForSequenceClassification(config, run_options, num_labels=head.get("num_labels", 2), dtype=dtype,
-                                              **document)
-    if task == "regression":
-        return XLNetForSequenceClassification(config, run_options, regression=True, dtype=dtype, **document)
-    if task == "squad" and head.get("squad_head", "beam") == "simple":
-        return XLNetForQuestionAnsweringSimple(config, run_options, start_n_top=head.get("start_n_top", 20),
-                                               end_n_top=head.get("end_n_top", 20), dtype=dtype)
-    if task == "squad":
-        if head.get("squad_head", "beam") != "beam":
-            raise ConfigError(f"squad_head must be 'beam' or 'simple', got {head['squad_head']!r}")
-        return XLNetForQuestionAnswering(config, run_options, start_n_top=head.get("start_n_top", 5),
-                                         end_n_top=head.get("end_n_top", 5), dtype=dtype)
-    if task == "race":
-        return XLNetForMultipleChoice(config, run_options, dtype=dtype, **document)
-    if task == "token-classification":
-        return XLNetForTokenClassification(config, run_options, num_labels=head.get("num_labels", 2), dtype=dtype)
-    raise ConfigError(f"task must be one of {TASKS}, got {task!r}")
 
 
 def head_arguments(finetune_config):
-    """`build_head_model`'s head arguments recorded in a finetune_config (long documents: segment_len)."""
+    """`Task.build_model`'s head arguments recorded in a finetune_config (long documents: segment_len)."""
     keys = ("num_labels", "start_n_top", "end_n_top", "squad_head")
     head = {k: finetune_config[k] for k in keys if k in finetune_config}
     if finetune_config.get("long_doc") == "memory":
@@ -499,25 +471,6 @@ def save_finetuned(model, path, finetune_config, extra_files=()):
         write_pretrained(path, model.config, model._checkpoint(), [meta, *extra_files], recorded)
 
 
-def read_finetune_config(path):
-    """`finetune_config.json` of a fine-tuned directory (any filesystem)."""
-    meta = files.join(os.fspath(path), FINETUNE_FILE)
-    if not files.exists(meta):
-        raise ConfigError(f"{path}: no {FINETUNE_FILE} (not a fine-tuned model directory)")
-    try:
-        data = json.loads(files.read_text(meta))
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"{meta}:{error.lineno}: not valid JSON ({error.msg})") from None
-    if data.get("task") not in TASKS:
-        raise ConfigError(f"{meta}: task must be one of {TASKS}, got {data.get('task')!r}")
-    return data
-
-
-def load_finetuned(path, dtype=None, **run_options):
-    """(model, finetune_config) from a fine-tuned directory; keyword arguments are RunOptions fields and win over
-    the run options the directory records (run_options.json)."""
-    finetune_config = read_finetune_config(path)
-    model = build_head_model(finetune_config["task"], read_model_config(path), load_run_options(path, **run_options),
-                             dtype=dtype, **head_arguments(finetune_config))
+def restore_head(model, path):
+    """Restores a head model's weights from the fine-tuned directory `path` (`xlnet_tf.tasks.load_finetuned`)."""
     restore_checkpoint(path, model._checkpoint(), require_lm_head=False)
-    return model, finetune_config

@@ -23,7 +23,7 @@ to a multiple of ``m`` (at most ``max_seq_len``): XLNet's outputs at real positi
 amount of padding (padded keys are masked, positions are relative), so shorter batches cost less and give
 the same results. Each builder also returns ``length`` (real tokens per row).
 
-``squad_best_spans`` is ``xlnet_tf.training.finetune.squad_predictions``'s answer selection over the
+``squad_best_spans`` is ``xlnet_tf.tasks.squad.squad_predictions``'s answer selection over the
 windows of each question, as tensors.
 
 Public API: ``byte_to_char_offsets``, ``keep_first``, ``keep_last``, ``pad_rows``, ``pad_to_longest``,

@@ -32,7 +32,6 @@ FLAG = "--packing"
 # holds fewer examples) and `example_slots` ([n], or [n, C] for multiple choice: each sequence's slot, row * E +
 # slot in row).
 PACKED_INPUTS = ("example_ids", "cls_positions", "example_slots")
-PACKED_TASKS = ("classification", "regression", "multi-label", "race")
 WIDTH_MULTIPLE = 8
 
 

@@ -5,36 +5,23 @@ and the architecture (finetune_config.json, xlnet_config.json, spiece.model), so
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 
 import numpy as np
 
-from xlnet_tf import files, metrics
+from xlnet_tf import files, tasks
 from xlnet_tf.config import RunOptions, XLNetConfig
 from xlnet_tf.errors import UserError
 from xlnet_tf.hardware import precision_policy
+from xlnet_tf.tasks.base import ReadOptions
 
 log = logging.getLogger(__name__)
 EVAL_FILE = "eval_results.json"
-# Model inputs per task (labels are added in training).
-INPUTS = {
-    "classification": ("input_ids", "segment_ids", "padding_mask"),
-    "regression": ("input_ids", "segment_ids", "padding_mask"),
-    "race": ("input_ids", "segment_ids", "padding_mask"),
-    "squad": ("input_ids", "segment_ids", "padding_mask", "p_mask", "cls_index"),
-    "token-classification": ("input_ids", "segment_ids", "padding_mask"),
-    "multi-label": ("input_ids", "segment_ids", "padding_mask"),
-}
-LABELS = {
-    "classification": ("label_ids",),
-    "regression": ("label_ids",),
-    "race": ("label_ids",),
-    "squad": ("start_positions", "end_positions", "is_impossible"),
-    "token-classification": ("label_ids",),  # [B, T]: a tag id where a word is scored, IGNORE elsewhere
-    "multi-label": ("label_ids",),  # [B, C]: 1 for each of the example's labels
-}
+# By task name (`tasks.Task`): model inputs, labels (added in training), whether rows are left-padded.
+INPUTS = {name: tasks.get(name).inputs for name in tasks.TASK_NAMES}
+LABELS = {name: tasks.get(name).labels for name in tasks.TASK_NAMES}
+LEFT_PADDED = {name: tasks.get(name).left_padded for name in tasks.TASK_NAMES}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +50,8 @@ class FinetuneSetup:
     columns: classification, regression, multi-label: {"text_a" / "text_b" / "label": a TSV / CSV header name or
     JSONL key, or a column number} (`readers.read_examples`' arguments); recorded for evaluate and predict.
     skip_bad_rows: skip and count the bad rows (questions, sentences) of train_file and eval_file.
+    The options of one task (tag_column, label_separator, squad_head, columns, ...) are refused for another
+    (`tasks.check_setup`).
     """
 
     task: str
@@ -97,18 +86,18 @@ class FinetuneSetup:
     def __post_init__(self):
         from xlnet_tf.data.packing import parse_mode
 
+        object.__setattr__(self, "columns", self.columns or None)
+        tasks.check_setup(self)
+        if self.doc_stride is not None and self.doc_stride < 1:
+            raise UserError(f"--doc-stride must be at least 1, got {self.doc_stride}")
         object.__setattr__(self, "packing", parse_mode(self.packing))
-        if self.squad_head not in SQUAD_HEADS:
-            raise UserError(f"--squad-head must be one of {', '.join(SQUAD_HEADS)}, got {self.squad_head!r}")
-        if self.max_answer_length < 1:
-            raise UserError(f"--max-answer-length must be at least 1, got {self.max_answer_length}")
         if self.long_doc not in LONG_DOC_MODES:
             raise UserError(f"--long-doc must be one of {', '.join(LONG_DOC_MODES)}, got {self.long_doc!r}")
         if self.long_doc == "truncate":
             return
-        if self.task in ("squad", "token-classification"):
-            what = "SQuAD reads long contexts" if self.task == "squad" else "token classification reads long sentences"
-            raise UserError(f"--long-doc memory is for classification, regression and race; {what} as --doc-stride "
+        windows = tasks.get(self.task).windows
+        if windows:
+            raise UserError(f"--long-doc memory is for classification, regression and race; {windows} as --doc-stride "
                             "windows")
         if self.max_doc_len is None or self.max_doc_len < self.max_seq_len:
             raise UserError(f"--long-doc memory needs --max-doc-len of at least --max-seq-len ({self.max_seq_len}), "
@@ -123,7 +112,7 @@ class FinetuneSetup:
         """doc_stride, or the task's default."""
         if self.doc_stride is not None:
             return self.doc_stride
-        return default_doc_stride(self.task, self.max_seq_len)
+        return tasks.get(self.task).default_doc_stride(self.max_seq_len)
 
     @property
     def doc_len(self):
@@ -132,12 +121,6 @@ class FinetuneSetup:
 
 
 LONG_DOC_MODES = ("truncate", "memory")
-SQUAD_HEADS = ("beam", "simple")
-
-
-def default_doc_stride(task, max_seq_len):
-    """The window stride when none is given: token classification, half a window's pieces; SQuAD, 128 tokens."""
-    return max((max_seq_len - 2) // 2, 1) if task == "token-classification" else 128
 
 
 def config_doc_len(finetune_config):
@@ -145,60 +128,19 @@ def config_doc_len(finetune_config):
     return finetune_config["max_doc_len"] if finetune_config.get("long_doc") == "memory" else None
 
 
-@dataclasses.dataclass
-class TaskData:
-    """Examples of one file, their features (numpy, one row per model example, padded to max_seq_len, with
-    `length`) and the reader's report."""
-
-    examples: list
-    features: dict
-    report: dict
-    raw: object = None  # the parsed SQuAD JSON, for the official evaluation
-
-
 def load_task_data(task, path, tokenizer, max_seq_len, label_list=None, is_training=False, doc_stride=128,
                    max_query_len=64, max_doc_len=None, tag_column=-1, label_all_pieces=False, labeled=True,
                    label_separator=",", columns=None, skip_bad_rows=False):
-    """Reads `path` for `task` and builds its features with the one feature builder per task (long documents
-    of up to `max_doc_len` tokens in segments of max_seq_len for classification, regression and race).
-    Token classification: `tag_column` of CoNLL files, `label_all_pieces`; `labeled=False` reads only the
-    words (prediction input; a file's tags, if any, are not read). Multi-label: `label_separator`. `columns`:
+    """Reads `path` for the task named `task` (`Task.read`) into `tasks.base.TaskData`: long documents of up to
+    `max_doc_len` tokens in segments of max_seq_len for classification, regression and race. Token
+    classification: `tag_column` of CoNLL files, `label_all_pieces`; `labeled=False` reads only the words
+    (prediction input; a file's tags, if any, are not read). Multi-label: `label_separator`. `columns`:
     `FinetuneSetup.columns` (`labeled=False`: its label column is not read); `skip_bad_rows`: as the readers'."""
-    from xlnet_tf.data import finetuning, readers
-
-    if task == "token-classification":
-        from xlnet_tf.data import token_classification as tc
-
-        examples, report = tc.read_token_examples(path, tag_column=tag_column if labeled else None,
-                                                  skip_bad_rows=skip_bad_rows)
-        if not labeled:
-            examples = [dataclasses.replace(e, tags=None) for e in examples]  # JSONL tags are not read either
-        features, feature_report = tc.token_classification_features(
-            examples, tokenizer, max_seq_len, label_list, doc_stride=doc_stride, label_all_pieces=label_all_pieces)
-        return TaskData(examples, features, {**report, **feature_report})
-    if task in ("classification", "regression", "multi-label"):
-        columns = {k: v for k, v in (columns or {}).items() if labeled or k != "label"}
-        examples, report = readers.read_examples(path, task=task, label_separator=label_separator,
-                                                 skip_bad_rows=skip_bad_rows, **columns)
-        features, feature_report = finetuning.classification_features(examples, tokenizer, max_seq_len, label_list,
-                                                                      max_doc_len=max_doc_len)
-        return TaskData(examples, features, {**report, **feature_report})
-    if task == "race":
-        examples, report = readers.read_race(path, skip_bad_rows=skip_bad_rows)
-        features, feature_report = finetuning.race_features(examples, tokenizer, max_seq_len,
-                                                            max_qa_len=race_qa_len(max_seq_len),
-                                                            max_doc_len=max_doc_len)
-        return TaskData(examples, features, {**report, **feature_report})
-    if task == "squad":
-        examples, report = readers.read_squad(path, skip_bad_rows=skip_bad_rows)
-        features, feature_report = finetuning.squad_features(
-            examples, tokenizer, max_seq_len, doc_stride, max_query_len, is_training=is_training
-        )
-        features = dict(features, start_positions=features["start_position"], end_positions=features["end_position"])
-        raw = json.loads(files.read_text(path))  # read_squad has checked it
-        return TaskData(examples, features, {**report, **feature_report}, raw=raw)
-    raise UserError(f"--task must be one of classification, regression, squad, race, token-classification; got "
-                    f"{task!r}")
+    options = ReadOptions(label_list=label_list, is_training=is_training, doc_stride=doc_stride,
+                          max_query_len=max_query_len, max_doc_len=max_doc_len, tag_column=tag_column,
+                          label_all_pieces=label_all_pieces, labeled=labeled, label_separator=label_separator,
+                          columns=columns, skip_bad_rows=skip_bad_rows)
+    return tasks.get(task).read(path, tokenizer, max_seq_len, options)
 
 
 def parse_widths(spec, max_seq_len, max_doc_len=None):
@@ -213,11 +155,6 @@ def parse_widths(spec, max_seq_len, max_doc_len=None):
         raise UserError(f"--bucket-boundaries with --long-doc memory must be multiples of --max-seq-len "
                         f"({max_seq_len}), got {spec!r}")
     return widths
-
-
-def race_qa_len(max_seq_len):
-    """Question + option tokens kept for RACE: the original's 128, or less for short sequences."""
-    return min(128, max_seq_len - 3)
 
 
 def crop(batch, width, left_padded, fixed=()):
@@ -235,16 +172,17 @@ class TaskInput:
     same examples (`packing.pack_rows`: one static shape, one model call per micro-batch).
 
     features: numpy rows padded to max_seq_len (`TaskData.features`); keys: the model inputs and labels;
-    plan: `buckets.training_plan`, for the strategy's number of replicas.
+    task: the task's name; plan: `buckets.training_plan`, for the strategy's number of replicas.
     """
 
     def __init__(self, features, keys, task, plan, packed=None):
+        task = tasks.get(task)
         self.features = {k: features[k] for k in keys}
-        self.left_padded = LEFT_PADDED[task]
-        self.fixed = PER_EXAMPLE_LABELS.get(task, ())
+        self.left_padded = task.left_padded
+        self.fixed = task.per_example_labels
         self.plan = plan
         self.packed = packed
-        self.rows_per_example = features["input_ids"].shape[1] if task == "race" else 1  # RACE: C option rows
+        self.rows_per_example = task.rows_per_example(features)  # RACE: C option rows
         self._tables = None
 
     def dataset(self, input_context, start_step):
@@ -298,19 +236,13 @@ class TaskInput:
         return real, padded * self.rows_per_example
 
 
-# Which side each task's rows are padded on (the <cls> of classification / RACE rows is the last position).
-LEFT_PADDED = {"classification": True, "regression": True, "race": True, "squad": False,
-               "token-classification": True, "multi-label": True}
-# Labels of rank 2 that are not per position (never cropped to a stratum's width).
-PER_EXAMPLE_LABELS = {"multi-label": ("label_ids",)}
-
-
 def choose_packing(setup, features, plan):
     """The `packing.PackedPlan` of a fine-tuning run, or None (length strata): `--packing auto` packs the
-    PACKED_TASKS in one window when a packed micro-batch computes at most the strata's positions."""
+    tasks that pack (`Task.packs`) in one window when a packed micro-batch computes at most the strata's
+    positions."""
     from xlnet_tf.data import packing
 
-    if setup.packing == "none" or setup.task not in packing.PACKED_TASKS or setup.doc_len is not None:
+    if setup.packing == "none" or not tasks.get(setup.task).packs or setup.doc_len is not None:
         return None
     lengths = packing.sequence_lengths(features)
     packed = packing.packed_plan(plan, lengths, packing.choose_width(lengths, setup.max_seq_len))
@@ -323,26 +255,17 @@ def choose_packing(setup, features, plan):
     return packed if chosen else None
 
 
-def _loss_fn(task, squad_head="beam"):
-    from xlnet_tf import heads
-
-    if task == "squad" and squad_head == "simple":
-        return heads.simple_squad_loss
-    return {"classification": heads.classification_loss, "regression": heads.regression_loss,
-            "squad": heads.squad_loss, "race": heads.multiple_choice_loss,
-            "token-classification": heads.token_classification_loss, "multi-label": heads.multi_label_loss}[task]
-
-
 def run_finetuning(setup: FinetuneSetup, options, strategy):
     """Fine-tunes, then evaluates on `eval_file` when given; returns (trainer, records, eval metrics)."""
     from xlnet_tf.data import buckets
     from xlnet_tf.data.graph_features import document_width
-    from xlnet_tf.heads import FINETUNE_FILE, build_head_model, head_arguments, write_head_run_options
+    from xlnet_tf.heads import FINETUNE_FILE, head_arguments, write_head_run_options
     from xlnet_tf.model import CONFIG_FILE, SPM_FILE
     from xlnet_tf.tokenization import XLNetTokenizer, read_tokenizer_settings, tokenizer_settings
     from xlnet_tf.training.loop import Trainer, TrainingOptions
 
     # the settings recorded beside the SentencePiece model (a converted directory's), --lower-case over them
+    task = tasks.get(setup.task)
     recorded = read_tokenizer_settings(files.dirname(setup.spm_model))
     tokenizer = XLNetTokenizer(setup.spm_model, **tokenizer_settings(recorded, lower_case=setup.lower_case or None))
     train = load_task_data(setup.task, setup.train_file, tokenizer, setup.max_seq_len, is_training=True,
@@ -360,28 +283,7 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
         "task": setup.task, "max_seq_len": setup.max_seq_len, **tokenizer.settings,
         "spm_model": SPM_FILE, "doc_stride": setup.stride, "max_query_len": setup.max_query_len,
     }
-    if setup.task in ("classification", "regression", "multi-label"):
-        finetune_config["pairs"] = bool(train.report.get("pairs", 0))
-        if setup.columns:  # evaluate and predict read their files' columns the same way
-            finetune_config["columns"] = dict(setup.columns)
-    if setup.task in ("classification", "token-classification", "multi-label"):
-        labels = train.report["label_list"]
-        finetune_config.update(num_labels=len(labels), label_names=[str(label) for label in labels])
-    if setup.task == "multi-label":
-        finetune_config.update(label_separator=setup.label_separator, thresholds=[0.5] * len(labels))
-    if setup.task == "token-classification":
-        finetune_config.update(tag_column=setup.tag_column, label_all_pieces=setup.label_all_pieces)
-        log.info("%s: %d sentences, %d words in %d windows (%d sentences in several); %d empty words given <unk>, "
-                 "%d words cut to %d pieces", setup.train_file, train.report["sentences"], train.report["words"],
-                 train.report["windows"], train.report["multi_window_examples"], train.report["empty_words"],
-                 train.report["truncated_words"], setup.max_seq_len - 2)
-    if setup.task == "race":
-        finetune_config.update(num_choices=int(train.features["input_ids"].shape[1]),
-                               max_qa_len=race_qa_len(setup.max_seq_len))
-    if setup.task == "squad":
-        top = 20 if setup.squad_head == "simple" else 5  # transformers' n_best_size / the original's
-        finetune_config.update(squad_head=setup.squad_head, start_n_top=top, end_n_top=top,
-                               max_answer_length=setup.max_answer_length)
+    finetune_config.update(task.recorded(setup, train))
     width = document_width(setup.max_seq_len, setup.doc_len)
     finetune_config["long_doc"] = setup.long_doc
     if setup.long_doc == "memory":  # mem_len 0: everything before the last segment
@@ -413,25 +315,22 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
     head["grad_segments"] = setup.grad_segments
 
     def build_model():
-        model = build_head_model(setup.task, setup.config, setup.run_options, dtype=dtype, **head)
+        model = task.build_model(setup.config, setup.run_options, dtype=dtype, **head)
         if setup.init_checkpoint:
             model.load_encoder(setup.init_checkpoint)
         return model
 
-    inputs = TaskInput(train.features, INPUTS[setup.task] + LABELS[setup.task], setup.task, plan, packed)
+    inputs = TaskInput(train.features, task.inputs + task.labels, setup.task, plan, packed)
     assert isinstance(options, TrainingOptions)
-    trainer = Trainer(strategy, build_model, _loss_fn(setup.task, setup.squad_head), None, options, setup.model_dir,
-                      inputs=inputs)
+    trainer = Trainer(strategy, build_model, task.loss(finetune_config), None, options, setup.model_dir, inputs=inputs)
     records = trainer.train()
     results = None
     if setup.eval_file and not trainer.stopped_by_signal:
-        if setup.tune_thresholds and setup.task == "multi-label":
+        if task.tunes(setup):  # multi-label's thresholds
             data, outputs = _infer(trainer.model, finetune_config, setup.eval_file, tokenizer, 32, strategy,
                                    skip_bad_rows=setup.skip_bad_rows)
-            finetune_config["thresholds"] = metrics.tune_thresholds(data.features["label_ids"],
-                                                                    _sigmoid(outputs["logits"]))
+            finetune_config.update(task.tune(data, outputs, setup.eval_file))
             files.write_json(files.join(setup.model_dir, FINETUNE_FILE), finetune_config)
-            log.info("thresholds tuned on %s: %s", setup.eval_file, finetune_config["thresholds"])
         results = evaluate_model(trainer.model, finetune_config, setup.eval_file, tokenizer, strategy=strategy,
                                  skip_bad_rows=setup.skip_bad_rows)
         files.write_json(files.join(setup.model_dir, EVAL_FILE), results, sort_keys=False)
@@ -448,10 +347,10 @@ def run_model(model, task, features, batch_size=32, boundaries=None, strategy=No
     for a model reading long documents) and each batch is padded to its bucket's width.
     `strategy`: the model's distribution strategy (its variables were made under its scope); each batch is then
     split across its replicas (`distributed_inference`), else the model runs on the default device.
-    `packed_width` (the PACKED_TASKS): examples whose rows fit are packed into rows of that width, calls of
+    `packed_width` (the tasks that pack): examples whose rows fit are packed into rows of that width, calls of
     about `batch_size` examples (`packing.inference_layouts`: one static shape for every call), one call per
     replica in each `strategy.run` (`packed_inference`); longer ones run by bucket.
-    Per-position outputs (`POSITION_OUTPUTS`: SQuAD's start / end logits, token classification's logits) come
+    Per-position outputs (`Task.position_outputs`: SQuAD's start / end logits, token classification's logits) come
     back at their positions in the max_seq_len rows (right- or left-padded as the task's rows are), the rest
     filled with the heads' masked value.
     """
@@ -460,8 +359,9 @@ def run_model(model, task, features, batch_size=32, boundaries=None, strategy=No
 
     max_seq_len = features["input_ids"].shape[-1]
     lengths = features["length"]
+    task = tasks.get(task)
     predict = distributed_inference(model, strategy, batch_size)
-    positional = POSITION_OUTPUTS.get(task, ())
+    positional = task.position_outputs
     outputs = {}
 
     def put(rows, values):
@@ -472,13 +372,13 @@ def run_model(model, task, features, batch_size=32, boundaries=None, strategy=No
                                        value.dtype)
             if key not in positional:
                 outputs[key][rows] = value
-            elif LEFT_PADDED[task]:  # left-padded rows: a cropped row is the row's last positions
+            elif task.left_padded:  # left-padded rows: a cropped row is the row's last positions
                 outputs[key][rows, max_seq_len - value.shape[1]:] = value
             else:
                 outputs[key][rows, :value.shape[1]] = value  # right-padded rows: positions keep their index
 
     rest = np.arange(len(lengths))
-    if packed_width and task in packing.PACKED_TASKS:
+    if packed_width and task.packs:
         sequences = packing.sequence_lengths(features)
         fits = sequences.reshape(len(lengths), -1).max(1) <= packed_width
         chosen, rest = np.flatnonzero(fits), np.flatnonzero(~fits)
@@ -487,7 +387,7 @@ def run_model(model, task, features, batch_size=32, boundaries=None, strategy=No
 
         def packed_batch(examples, layout):
             rows = chosen[examples]
-            batch = packing.pack_rows({k: features[k][rows] for k in INPUTS[task]}, layout.row, layout.offset,
+            batch = packing.pack_rows({k: features[k][rows] for k in task.inputs}, layout.row, layout.offset,
                                       layout.slot, shape)
             slots = batch["example_slots"].numpy()  # padded to the most examples a call holds: one shape
             batch["example_slots"] = np.concatenate([slots, np.repeat(slots[:1], most - len(rows), 0)])
@@ -503,8 +403,8 @@ def run_model(model, task, features, batch_size=32, boundaries=None, strategy=No
                                                  multiple=segment_len or buckets.PAD_MULTIPLE)
         for bucket, rows in buckets.inference_batches(buckets.assign(lengths[rest], boundaries), batch_size):
             rows = rest[rows]
-            put(rows, predict(crop({k: features[k][rows] for k in INPUTS[task]}, boundaries[bucket],
-                                   LEFT_PADDED[task])))
+            put(rows, predict(crop({k: features[k][rows] for k in task.inputs}, boundaries[bucket],
+                                   task.left_padded)))
     return outputs
 
 
@@ -592,103 +492,6 @@ def distributed_inference(model, strategy, batch_size):
     return cache[key]
 
 
-# Outputs with one value per position, per task: put back at their positions in max_seq_len rows.
-POSITION_OUTPUTS = {"squad": ("start_logits", "end_logits"), "token-classification": ("logits",)}
-
-
-def squad_predictions(data, outputs, max_answer_length=64, relative_null=False):
-    """Best answer text and null score (min cls_logits over windows) per question, as the original's
-    `write_predictions`: candidates are the top start x end pairs inside the paragraph, end >= start, at most
-    `max_answer_length` tokens, starting where the window has the token's maximal context. `relative_null`
-    (the simple head, as transformers): the null score minus the best span's score."""
-    f = data.features
-    best = {}
-    null = {}
-    k1 = outputs["start_top_index"].shape[1]
-    k2 = outputs["end_top_index"].shape[1] // k1
-    for row in range(len(f["input_ids"])):
-        example = data.examples[int(f["example_index"][row])]
-        qid = example.qas_id
-        null[qid] = min(null.get(qid, np.inf), float(outputs["cls_logits"][row]))
-        paragraph_len = int(f["paragraph_len"][row])
-        for i in range(k1):
-            start = int(outputs["start_top_index"][row, i])
-            for j in range(k2):
-                end = int(outputs["end_top_index"][row, i * k2 + j])
-                if start >= paragraph_len or end >= paragraph_len or end < start:
-                    continue
-                if end - start + 1 > max_answer_length or not f["token_is_max_context"][row, start]:
-                    continue
-                score = float(outputs["start_top_log_probs"][row, i] + outputs["end_top_log_probs"][row, i * k2 + j])
-                if qid not in best or score > best[qid][0]:
-                    text = example.context[int(f["token_char_start"][row, start]): int(f["token_char_end"][row, end])]
-                    best[qid] = (score, text)
-    answers = {example.qas_id: best.get(example.qas_id, (0.0, ""))[1] for example in data.examples}
-    if relative_null:
-        null = {qid: score - best[qid][0] if qid in best else score for qid, score in null.items()}
-    return answers, null
-
-
-def token_predictions(data, outputs, finetune_config):
-    """Per sentence: its words, one tag per word (from the logits at the word's first piece in the window
-    where it has the most context), that tag's probability, and the entity spans of the tags (seqeval's
-    chunks: type, first word, end word exclusive, and the words' text joined by spaces)."""
-    from xlnet_tf.data import token_classification as tc
-
-    names = finetune_config["label_names"]
-    rows = []
-    for example, logits in zip(data.examples, tc.word_values(data.features, outputs["logits"])):
-        probs = _softmax(logits)
-        ids = logits.argmax(-1)
-        tags = [names[i] for i in ids]
-        entities = [{"type": t, "start": s, "end": e, "text": " ".join(example.words[s:e])}
-                    for t, s, e in tc.entity_spans(example.words, tags)]
-        rows.append({"words": example.words, "tags": tags,
-                     "scores": [float(p[i]) for p, i in zip(probs, ids)], "entities": entities})
-    return rows
-
-
-def _softmax(logits):
-    probs = np.exp(logits - logits.max(-1, keepdims=True))
-    return probs / probs.sum(-1, keepdims=True)
-
-
-def _sigmoid(logits):
-    return 1.0 / (1.0 + np.exp(-np.asarray(logits, np.float64)))
-
-
-def multi_label_decisions(outputs, finetune_config):
-    """(scores [N, C] float64: each label's sigmoid, decisions [N, C] bool: score >= the label's threshold)."""
-    scores = _sigmoid(outputs["logits"])
-    thresholds = np.asarray(finetune_config.get("thresholds") or [0.5] * scores.shape[1], np.float64)
-    return scores, scores >= thresholds[None]
-
-
-def _predictions(task, data, outputs, finetune_config):
-    """Per-example predictions (list of dicts) and, for SQuAD, the answer / null-odds maps."""
-    if task == "multi-label":
-        names = finetune_config["label_names"]
-        scores, decided = multi_label_decisions(outputs, finetune_config)
-        return [{"labels": [n for n, d in zip(names, row) if d], "scores": dict(zip(names, map(float, s)))}
-                for s, row in zip(scores, decided)], None, None
-    if task == "token-classification":
-        return token_predictions(data, outputs, finetune_config), None, None
-    if task == "squad":
-        answers, null = squad_predictions(data, outputs, finetune_config.get("max_answer_length", 64),
-                                          relative_null=finetune_config.get("squad_head") == "simple")
-        return [{"id": q, "answer": a, "null_odds": null[q]} for q, a in answers.items()], answers, null
-    if task == "regression":
-        return [{"prediction": float(p)} for p in outputs["predictions"]], None, None
-    logits = outputs["logits"]
-    probs = _softmax(logits)
-    ids = logits.argmax(-1)
-    if task == "race":
-        return [{"id": ex.example_id, "answer": "ABCDEFGH"[i], "probabilities": p.tolist()}
-                for ex, i, p in zip(data.examples, ids, probs)], None, None
-    names = finetune_config.get("label_names") or [str(i) for i in range(logits.shape[1])]
-    return [{"label": names[i], "label_id": int(i), "probabilities": p.tolist()} for i, p in zip(ids, probs)], None, None
-
-
 def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None, labeled=True, skip_bad_rows=False):
     """(TaskData, model outputs) for a file, built as the fine-tuned model's config says (`labeled=False`:
     a prediction input, for token classification its words only)."""
@@ -696,8 +499,8 @@ def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None, l
     task = finetune_config["task"]
     data = load_task_data(task, path, tokenizer, finetune_config["max_seq_len"],
                           label_list=finetune_config.get("label_names"),
-                          doc_stride=finetune_config.get("doc_stride",
-                                                         default_doc_stride(task, finetune_config["max_seq_len"])),
+                          doc_stride=finetune_config.get("doc_stride", tasks.get(task).default_doc_stride(
+                              finetune_config["max_seq_len"])),
                           max_query_len=finetune_config.get("max_query_len", 64), max_doc_len=doc_len,
                           tag_column=finetune_config.get("tag_column", -1),
                           label_all_pieces=finetune_config.get("label_all_pieces", False), labeled=labeled,
@@ -714,25 +517,9 @@ def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None, l
 
 def evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size=32, strategy=None, skip_bad_rows=False):
     """Task metrics of `model` on `eval_file` (under `strategy`, when given: see `run_model`)."""
-    task = finetune_config["task"]
     data, outputs = _infer(model, finetune_config, eval_file, tokenizer, batch_size, strategy,
                            skip_bad_rows=skip_bad_rows)
-    if task == "squad":
-        _, answers, null = _predictions(task, data, outputs, finetune_config)
-        results = metrics.squad_evaluate(data.raw, answers, na_probs=null)
-    elif task == "regression":
-        results = metrics.regression_metrics(data.features["label_ids"], outputs["predictions"])
-    elif task == "race":
-        results = metrics.race_accuracy(data.features["label_ids"], outputs["logits"].argmax(-1))
-    elif task == "multi-label":
-        _, decided = multi_label_decisions(outputs, finetune_config)
-        results = metrics.multi_label_metrics(data.features["label_ids"], decided, finetune_config["label_names"])
-        results["thresholds"] = list(finetune_config.get("thresholds") or [])
-    elif task == "token-classification":
-        predicted = [row["tags"] for row in token_predictions(data, outputs, finetune_config)]
-        results = metrics.token_classification_metrics([example.tags for example in data.examples], predicted)
-    else:
-        results = metrics.classification_metrics(data.features["label_ids"], outputs["logits"].argmax(-1))
+    results = tasks.get(finetune_config["task"]).evaluate(data, outputs, finetune_config)
     results["examples"] = len(data.examples)
     return results
 
@@ -742,12 +529,11 @@ def load_for_inference(model_dir, strategy=None):
     scope when given (its variables on every replica)."""
     import contextlib
 
-    from xlnet_tf.heads import load_finetuned
     from xlnet_tf.model import SPM_FILE
     from xlnet_tf.tokenization import XLNetTokenizer, tokenizer_settings
 
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        model, finetune_config = load_finetuned(model_dir, dropout=0.0, dropatt=0.0)
+        model, finetune_config = tasks.load_finetuned(model_dir, dropout=0.0, dropatt=0.0)
     tokenizer = XLNetTokenizer(files.join(model_dir, SPM_FILE), **tokenizer_settings(finetune_config))
     return model, finetune_config, tokenizer
 
@@ -764,13 +550,6 @@ def predict(model_dir, input_file, output_file, batch_size=32, strategy=None, sk
     `<output>.null_odds.json` ({id: null score}, for SQuAD 2.0's threshold). Under `strategy`: see
     `run_model`; `skip_bad_rows`: skip the input's bad rows, which then have no prediction)."""
     model, finetune_config, tokenizer = load_for_inference(model_dir, strategy)
-    task = finetune_config["task"]
     data, outputs = _infer(model, finetune_config, input_file, tokenizer, batch_size, strategy, labeled=False,
                            skip_bad_rows=skip_bad_rows)
-    rows, answers, null = _predictions(task, data, outputs, finetune_config)
-    if task == "squad":
-        files.write_text(output_file, json.dumps(answers, ensure_ascii=False, indent=1))
-        files.write_text(output_file + ".null_odds.json", json.dumps(null, indent=1))
-    else:
-        files.write_text(output_file, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-    return len(rows)
+    return tasks.get(finetune_config["task"]).write_predictions(output_file, data, outputs, finetune_config)
