@@ -163,29 +163,8 @@ def _finetune(args):
         raise UserError("give exactly one of --train-steps and --epochs")
     if args.long_doc == "truncate" and (args.max_doc_len or args.mem_len or args.grad_segments):
         raise UserError("--max-doc-len, --mem-len and --grad-segments need --long-doc memory")
-    if args.task != "token-classification" and (args.tag_column != -1 or args.label_all_pieces):
-        raise UserError("--tag-column and --label-all-pieces are for --task token-classification")
-    if args.task != "multi-label" and (args.label_separator != "," or args.tune_thresholds):
-        raise UserError("--label-separator and --tune-thresholds are for --task multi-label")
-    if args.tune_thresholds and not args.eval_file:
-        raise UserError("--tune-thresholds tunes on --eval-file: give one")
-    if args.task != "squad" and (args.squad_head != "beam" or args.max_answer_length != 64):
-        raise UserError("--squad-head and --max-answer-length are for --task squad")
     columns = {key: _column(value) for key, value in (("text_a", args.text_a_column), ("text_b", args.text_b_column),
                                                       ("label", args.label_column)) if value is not None}
-    if columns and args.task not in ("classification", "regression", "multi-label"):
-        raise UserError("--text-a-column, --text-b-column and --label-column are for --task classification, "
-                        "regression and multi-label")
-    if args.doc_stride is not None and args.doc_stride < 1:
-        raise UserError(f"--doc-stride must be at least 1, got {args.doc_stride}")
-    run_options = RunOptions(dropout=args.dropout, dropatt=args.dropatt, initializer_range=args.init_std,
-                             recompute=args.recompute)
-    if args.init_checkpoint:  # its recorded clamp_len / same_length / attn_type, under this run's flags
-        from xlnet_tf.heads import finetune_run_options
-
-        run_options = finetune_run_options(args.init_checkpoint, dropout=args.dropout, dropatt=args.dropatt,
-                                           initializer_range=args.init_std,
-                                           recompute=args.recompute)
     setup = functools.partial(
         FinetuneSetup, task=args.task, train_file=args.train_file, eval_file=args.eval_file, model_dir=args.model_dir,
         lower_case=args.lower_case, init_checkpoint=args.init_checkpoint, max_seq_len=args.max_seq_len,
@@ -194,11 +173,19 @@ def _finetune(args):
         max_doc_len=args.max_doc_len, mem_len=args.mem_len, grad_segments=args.grad_segments,
         tag_column=args.tag_column, label_all_pieces=args.label_all_pieces, squad_head=args.squad_head,
         max_answer_length=args.max_answer_length, label_separator=args.label_separator,
-        tune_thresholds=args.tune_thresholds, packing=args.packing, run_options=run_options,
-        columns=columns or None, skip_bad_rows=args.skip_bad_rows,
+        tune_thresholds=args.tune_thresholds, packing=args.packing, columns=columns or None,
+        skip_bad_rows=args.skip_bad_rows,
     )
-    probe = setup(config=None, spm_model=None)  # bad flags fail before any work
+    probe = setup(config=None, spm_model=None, run_options=None)  # bad flags fail before any work (the task's too)
     parse_widths(args.bucket_boundaries, args.max_seq_len, probe.doc_len)
+    run_options = RunOptions(dropout=args.dropout, dropatt=args.dropatt, initializer_range=args.init_std,
+                             recompute=args.recompute)
+    if args.init_checkpoint:  # its recorded clamp_len / same_length / attn_type, under this run's flags
+        from xlnet_tf.heads import finetune_run_options
+
+        run_options = finetune_run_options(args.init_checkpoint, dropout=args.dropout, dropatt=args.dropatt,
+                                           initializer_range=args.init_std,
+                                           recompute=args.recompute)
     strategy = _start_run(args)
     spm = args.spm_model or (args.init_checkpoint and files.join(args.init_checkpoint, SPM_FILE))
     if not spm or not files.exists(spm):
@@ -211,7 +198,7 @@ def _finetune(args):
         from xlnet_tf.tokenization import XLNetTokenizer
 
         config = resolve_config(args.config, args.model_size, XLNetTokenizer(spm).vocab_size)
-    setup = setup(config=config, spm_model=spm)
+    setup = setup(config=config, spm_model=spm, run_options=run_options)
     # With --epochs the step count is set once the training file is read.
     options = _training_options(_with_steps(args, args.train_steps or 1), strategy, layer_decay=args.layer_decay)
     trainer, records, results = run_finetuning(setup, options, strategy)
@@ -464,6 +451,7 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     from xlnet_tf.sample_data import SAMPLES
+    from xlnet_tf.tasks import TASK_NAMES
 
     sample = commands.add_parser("sample-data", help="write a small dataset made from Python's bundled documentation: "
                                                      "a corpus or a task's train and dev files (nothing downloaded)")
@@ -512,9 +500,7 @@ def build_parser():
 
     finetune = commands.add_parser("finetune", help="fine-tune on classification, regression, SQuAD, RACE or token "
                                    "classification")
-    finetune.add_argument("--task", required=True,
-                          choices=["classification", "regression", "squad", "race", "token-classification",
-                                   "multi-label"],
+    finetune.add_argument("--task", required=True, choices=TASK_NAMES,
                           help="token-classification: tagged words (named entities, part of speech, slots) from "
                                "CoNLL-style files (a word per line, the tag in --tag-column, blank lines between "
                                "sentences) or JSONL ({\"tokens\": [...], \"tags\": [...]}); multi-label: texts "
