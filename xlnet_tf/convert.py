@@ -351,8 +351,8 @@ def _transformers_head(hf, tensors, take, max_seq_len, architecture, d_model, un
         # XLNetForTokenClassification: classifier(sequence_output) at every position (problem_type unused)
         put("classifier", "classifier")
         num_labels = int(np.shape(weights["classifier/kernel"])[1])
-        return weights, {"task": "token-classification", "num_labels": num_labels,
-                         "label_names": _label_names(hf, num_labels), "max_seq_len": max_seq_len}
+        return weights, tasks.get("token-classification").converted_config(max_seq_len, num_labels,
+                                                                            _label_names(hf, num_labels))
     if _HF_HEAD_MARKS["sequence"] not in tensors:
         return {}, None
     num_labels = int(np.shape(tensors["logits_proj.weight"])[0])
@@ -380,15 +380,7 @@ def _transformers_head(hf, tensors, take, max_seq_len, architecture, d_model, un
         return {}, None
     weights.update(summary)
     put("logits_proj", "logits_proj")
-    if task == "race":
-        return weights, {"task": "race", "max_seq_len": max_seq_len}
-    if task == "regression":
-        return weights, {"task": "regression", "max_seq_len": max_seq_len}
-    head = {"task": task, "num_labels": num_labels, "label_names": _label_names(hf, num_labels),
-            "max_seq_len": max_seq_len}
-    if task == "multi-label":
-        head["thresholds"] = [0.5] * num_labels  # transformers' pipeline: a label applies when its sigmoid > 0.5
-    return weights, head
+    return weights, tasks.get(task).converted_config(max_seq_len, num_labels, _label_names(hf, num_labels))
 
 
 def _label_names(hf, num_labels):
@@ -696,16 +688,16 @@ def read_official_head(checkpoint_prefix, max_seq_len=512):
               if n.endswith("/logit/kernel") and n.split("/")[0].startswith(("classification_", "regression_"))]
     if "logits/dense/kernel" in names:
         put("logits_proj", "logits/dense")
-        return weights, {"task": "race", "max_seq_len": max_seq_len}
+        return weights, tasks.get("race").converted_config(max_seq_len)
     if len(logits) != 1:
         raise ConversionError(f"{checkpoint_prefix}: expected one classification_*/logit or regression_*/logit head, "
                               f"found {sorted(logits)}")
     put("logits_proj", logits[0])
     if logits[0].startswith("regression_"):
-        return weights, {"task": "regression", "max_seq_len": max_seq_len}
+        return weights, tasks.get("regression").converted_config(max_seq_len)
     num_labels = int(names[f"{logits[0]}/kernel"][1])
-    return weights, {"task": "classification", "num_labels": num_labels,
-                     "label_names": [str(i) for i in range(num_labels)], "max_seq_len": max_seq_len}
+    return weights, tasks.get("classification").converted_config(max_seq_len, num_labels,
+                                                                  [str(i) for i in range(num_labels)])
 
 
 def official_run_options(clamp_len=-1, same_length=False, bi_data=False, mem_len=0, reuse_len=0):
