@@ -2,9 +2,10 @@
 
 ``build_serving_module`` returns the SavedModel root and its signatures for a fine-tuned head model (those
 of every export here, the task's own from its ``Task.serving_signatures``, over ``xlnet_tf.tasks.graphs``);
-``build_reusable_module`` the reusable encoder's; ``build_generation_module`` a language model's. Both trace the ONE tokenizer (``XLNetTokenizer``, TF +
-TF Text ops) and the graph feature builders (``xlnet_tf.data.graph_features``), so a served request gets
-exactly the rows that ``xlnet_tf.data.finetuning`` builds for training and ``xlnet-tf predict``.
+``build_reusable_module`` the reusable encoder's; ``build_generation_module`` a language model's. They trace
+the ONE tokenizer (``XLNetTokenizer``, TF + TF Text ops) and the graph feature builders
+(``xlnet_tf.data.graph_features``), so a served request gets exactly the rows that ``xlnet_tf.data.finetuning``
+builds for training and ``xlnet-tf predict``.
 
 A request is padded to its own longest row, rounded up to a multiple of ``PAD_MULTIPLE`` (8) and at most
 the export's ``max_seq_len``, not to ``max_seq_len``: XLNet's outputs at real positions do not depend on the

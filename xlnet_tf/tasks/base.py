@@ -70,11 +70,6 @@ def softmax(logits):
     return probs / probs.sum(-1, keepdims=True)
 
 
-def write_jsonl(path, rows):
-    """One JSON object a line (UTF-8 text kept as is)."""
-    files.write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-
-
 class ExportTask:
     """What an export needs of its task: the name recorded in xlnet_export.json, whether merged requests' rows
     are packed (`packs`), its signatures on tf.Examples ({signature: TensorFlow Serving method}), the shortest
@@ -176,7 +171,7 @@ class Task(ExportTask):
     def write_predictions(self, path, data, outputs, finetune_config):
         """Writes `xlnet-tf predict`'s output (JSONL, one row per example); returns the number of predictions."""
         rows = self.predictions(data, outputs, finetune_config)
-        write_jsonl(path, rows)
+        files.write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
         return len(rows)
 
     def tunes(self, setup):
@@ -184,8 +179,9 @@ class Task(ExportTask):
         return False
 
     def tune(self, data, outputs, source):
-        """finetune_config entries tuned on the labelled `data` (read from `source`) and the model's outputs."""
-        return {}
+        """finetune_config entries tuned on the labelled `data` (read from `source`) and the model's outputs;
+        called when `tunes`."""
+        raise NotImplementedError
 
     def text_inputs(self, finetune_config):
         """The text inputs of the export's `encode` signature."""
