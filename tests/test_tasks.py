@@ -5,6 +5,9 @@ heads. Nothing here builds a model or imports TensorFlow."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from xlnet_tf import tasks
@@ -37,6 +40,14 @@ def test_registry():
     print(f"  get('ner'): {error.value}")
     check("get('ner') names every task and hints", all(n in str(error.value) for n in NAMES)
           and "did you mean 'token-classification'?" in str(error.value), True)
+
+
+def test_the_registry_is_cheap_to_import():
+    """The CLI lists TASK_NAMES for --task: `import xlnet_tf.tasks` loads neither numpy nor TensorFlow."""
+    loaded = subprocess.run([sys.executable, "-c", "import sys, xlnet_tf.tasks; "
+                             "print(sorted({'numpy', 'tensorflow', 'keras'} & set(sys.modules)))"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    check("numpy / tensorflow / keras loaded by `import xlnet_tf.tasks`", loaded, "[]")
 
 
 def test_rows_as_finetune_knew_them():

@@ -2,7 +2,8 @@
 means (inputs and labels, reading, the head and loss, predictions and metrics, the export's signatures, its own
 flags). finetune / evaluate / predict / export / convert / the CLI ask `get(name)` instead of comparing names.
 
-A new task: its module here, one line in `_TASKS`. Cheap to import (no TensorFlow): the CLI lists TASK_NAMES.
+A new task: its module here, imported below with its object in `_TASKS`. Cheap to import (no numpy or
+TensorFlow): the CLI lists TASK_NAMES.
 """
 
 import json
