@@ -235,3 +235,21 @@ def test_fused_adamw_equals_keras_adamw():
     print(f"fused vs keras AdamW after 4 steps: max |diff| {diff:.1e} (bound 1e-5); smallest move {moved:.3f} (bound > 0.05)")
     assert diff <= 1e-5
     assert moved > 0.05
+
+
+def test_names_moved_to_tasks_still_import_from_their_old_modules():
+    """build_head_model / read_finetune_config / load_finetuned moved to xlnet_tf.tasks, the task's decoders and
+    TaskData to their task modules: the old imports give the same objects."""
+    from xlnet_tf import heads, tasks
+    from xlnet_tf.tasks import base, multi_label, squad, token_classification
+    from xlnet_tf.training import finetune
+
+    moved = [(heads, name, tasks) for name in heads.MOVED_TO_TASKS] + [
+        (finetune, "TaskData", base), (finetune, "squad_predictions", squad),
+        (finetune, "token_predictions", token_classification), (finetune, "multi_label_decisions", multi_label)]
+    for old, name, new in moved:
+        same = getattr(old, name) is getattr(new, name)
+        print(f"{old.__name__}.{name} is {new.__name__}.{name}: {same} (bound True)")
+        assert same
+    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+        heads.not_a_name  # noqa: B018

@@ -24,6 +24,7 @@ import tempfile
 from xlnet_tf.config import HEAD_RUN_OPTIONS, ConfigError, RunOptions, XLNetConfig, head_run_options
 from xlnet_tf.layers.dropout import Dropout
 from xlnet_tf import files
+from xlnet_tf.lazy import lazy_getattr
 from xlnet_tf.model import (RUN_OPTIONS_FILE, XLNetModel, layer_from_config, read_run_options, restore_checkpoint,
                             write_pretrained)
 
@@ -474,3 +475,10 @@ def save_finetuned(model, path, finetune_config, extra_files=()):
 def restore_head(model, path):
     """Restores a head model's weights from the fine-tuned directory `path` (`xlnet_tf.tasks.load_finetuned`)."""
     restore_checkpoint(path, model._checkpoint(), require_lm_head=False)
+
+
+# Moved to `xlnet_tf.tasks` (each task object builds its head model), and still importable from here for the
+# scripts that import them from this module. The lookup is by name on first use (this module's load imports
+# nothing above it); tests/test_tasks.py checks that each resolves to the one in `xlnet_tf.tasks`.
+MOVED_TO_TASKS = ("build_head_model", "read_finetune_config", "load_finetuned")
+__getattr__ = lazy_getattr(__name__, dict.fromkeys(MOVED_TO_TASKS, "xlnet_tf.tasks"))

@@ -14,7 +14,10 @@ from xlnet_tf import files, tasks
 from xlnet_tf.config import RunOptions, XLNetConfig
 from xlnet_tf.errors import UserError
 from xlnet_tf.hardware import precision_policy
-from xlnet_tf.tasks.base import ReadOptions
+from xlnet_tf.tasks.base import ReadOptions, TaskData  # noqa: F401 (TaskData: importable from here, as before)
+from xlnet_tf.tasks.multi_label import multi_label_decisions  # noqa: F401 (moved; importable from here, as before)
+from xlnet_tf.tasks.squad import squad_predictions  # noqa: F401 (moved; importable from here, as before)
+from xlnet_tf.tasks.token_classification import token_predictions  # noqa: F401 (moved; importable from here)
 
 log = logging.getLogger(__name__)
 EVAL_FILE = "eval_results.json"
