@@ -6,7 +6,9 @@
   xlnet_tf.export, ...: setup.cfg's package_dir), and shown to fail when one import breaks it;
 * no module imports another module's private name (`from x import _name`);
 * the server split along TensorFlow Serving's seams stays split: no file of serving/ over MAX_LINES, the HTTP
-  layer imports nothing of models, JSON bodies or gRPC (circles among serving's modules: the acyclic contract)."""
+  layer imports nothing of models, JSON bodies or gRPC (circles among serving's modules: the acyclic contract);
+* each command's flags beside what it runs: xlnet_tf/cli.py defines no flag, and every command of the parser is a
+  `Command` of xlnet_tf.commands whose flags and run function live in one module."""
 
 from __future__ import annotations
 
@@ -50,6 +52,20 @@ def relative_imports(path):
         if isinstance(node, ast.ImportFrom) and node.level == 1:
             found.update([node.module] if node.module else [a.name for a in node.names])
     return found
+
+
+def test_each_command_defines_its_flags_beside_what_it_runs():
+    from xlnet_tf.cli import build_parser
+    from xlnet_tf.commands import COMMANDS
+
+    cli_flags = sum(1 for node in ast.walk(tree(os.path.join(ROOT, "xlnet_tf", "cli.py")))
+                    if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"
+                    and not (node.args and getattr(node.args[0], "value", "") == "--verbose"))
+    check("flags defined in xlnet_tf/cli.py (--verbose, every command's, aside)", cli_flags, "0", cli_flags == 0)
+    apart = [c.name for c in COMMANDS if c.add_arguments.__module__ != c.run.__module__]
+    check("commands whose flags and run function live in different modules", apart, "none", not apart)
+    parsed = list(next(a for a in build_parser()._actions if a.dest == "command").choices)
+    check("the parser's commands", parsed, "COMMANDS' names, in order", parsed == [c.name for c in COMMANDS])
 
 
 def test_no_file_of_the_server_is_over_the_limit():
