@@ -84,6 +84,10 @@ REFUSED = [
     ("token-classification", {"long_doc": "memory", "max_doc_len": 512},
      "--long-doc memory is for classification, regression and race; token classification reads long sentences as "
      "--doc-stride windows"),
+    # The command line's check, now FinetuneSetup's (a Python caller's memory flags without --long-doc memory were
+    # ignored, and mem_len > 0 crashed the first step).
+    ("classification", {"mem_len": 64}, "--max-doc-len, --mem-len and --grad-segments need --long-doc memory"),
+    ("race", {"grad_segments": 1}, "--max-doc-len, --mem-len and --grad-segments need --long-doc memory"),
 ]
 
 

@@ -21,8 +21,6 @@ def _finetune(args):
 
     if (args.train_steps is None) == (args.epochs is None):
         raise UserError("give exactly one of --train-steps and --epochs")
-    if args.long_doc == "truncate" and (args.max_doc_len or args.mem_len or args.grad_segments):
-        raise UserError("--max-doc-len, --mem-len and --grad-segments need --long-doc memory")
     columns = {key: _column(value) for key, value in (("text_a", args.text_a_column), ("text_b", args.text_b_column),
                                                       ("label", args.label_column)) if value is not None}
     setup = functools.partial(

@@ -97,6 +97,8 @@ class FinetuneSetup:
         if self.long_doc not in LONG_DOC_MODES:
             raise UserError(f"--long-doc must be one of {', '.join(LONG_DOC_MODES)}, got {self.long_doc!r}")
         if self.long_doc == "truncate":
+            if self.max_doc_len or self.mem_len or self.grad_segments:
+                raise UserError("--max-doc-len, --mem-len and --grad-segments need --long-doc memory")
             return
         windows = tasks.get(self.task).windows
         if windows:
