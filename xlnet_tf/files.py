@@ -274,8 +274,13 @@ def write_text(path, text: str):
     write_bytes(path, text.encode("utf-8"))
 
 
+def json_text(value, indent=2, sort_keys=True):
+    """`value` as the project's JSON files hold it: indented, keys sorted, a final newline."""
+    return json.dumps(value, indent=indent, sort_keys=sort_keys) + "\n"
+
+
 def write_json(path, value, indent=2, sort_keys=True):
-    write_text(path, json.dumps(value, indent=indent, sort_keys=sort_keys) + "\n")
+    write_text(path, json_text(value, indent, sort_keys))
 
 
 def copy(source, target, overwrite=True):
@@ -390,7 +395,34 @@ class LineLog:
             self._handle = None
 
 
-class TensorFlowFiles:
+class AtomicWrites:
+    """Whole files written under a temporary name and renamed into place, through the `open`, `exists`, `remove`
+    and `rename` of the files object it is part of (TensorFlowFiles; the Beam pipelines' BeamFiles)."""
+
+    def write_atomically(self, path, write):
+        """`write(temporary_path)`, then the temporary file renamed to `path`; on failure it is removed."""
+        temporary = path + ".tmp"
+        try:
+            write(temporary)
+        except BaseException:
+            try:
+                if self.exists(temporary):
+                    self.remove(temporary)
+            except Exception:  # noqa: BLE001 (the original error is the one to report)
+                pass
+            raise
+        self.rename(temporary, path)
+
+    def write_json(self, path, value):
+        """`value` as JSON (`json_text`) at `path`, written atomically."""
+        def write(temporary):
+            with self.open(temporary, "wb") as f:
+                f.write(json_text(value).encode("utf-8"))
+
+        self.write_atomically(path, write)
+
+
+class TensorFlowFiles(AtomicWrites):
     """This module's functions behind the small interface the pretraining-data steps use (the Beam pipelines'
     `BeamFiles` has the same shape over Beam's filesystems)."""
 

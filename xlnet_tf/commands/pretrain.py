@@ -8,7 +8,7 @@ from xlnet_tf.errors import UserError
 
 def _pretrain(args):
     from xlnet_tf.config import RunOptions
-    from xlnet_tf.data.pretraining import load_metadata
+    from xlnet_tf.data.pretraining_records import load_metadata
     from xlnet_tf.training.pretrain import PretrainingSetup, resolve_config, run_pretraining
 
     strategy = start_run(args)

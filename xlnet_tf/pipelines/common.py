@@ -9,6 +9,7 @@ import shutil
 import tempfile
 
 from xlnet_tf.errors import UserError
+from xlnet_tf.files import AtomicWrites
 
 COUNTER_NAMESPACE = "xlnet_tf"
 BEAM_REQUIREMENT = "apache-beam==2.77.*"
@@ -24,10 +25,10 @@ def require_beam():
                         f"(installs {BEAM_REQUIREMENT})") from None
 
 
-class BeamFiles:
+class BeamFiles(AtomicWrites):
     """Every filesystem Beam reads and writes (local paths, gs:// with apache-beam[gcp], s3://, hdfs://, ...)
     through `apache_beam.io.filesystems.FileSystems`, with the interface of
-    `xlnet_tf.data.pretraining.TensorFlowFiles`. Files are read and written uncompressed."""
+    `xlnet_tf.files.TensorFlowFiles`. Files are read and written uncompressed."""
 
     def __init__(self):
         from apache_beam.io.filesystem import CompressionTypes

@@ -87,7 +87,7 @@ def _finish(_, written, chunks, output_dir, settings, tokenizer_info):
         reuse_len=settings["reuse_len"], num_shards=settings["num_shards"], seed=settings["seed"],
         bi_data=settings["bi_data"], tokenizer_info=tokenizer_info)
     files.remove_tree(pretraining.tokens_dir(files, output_dir))
-    pretraining.write_json(files, files.join(output_dir, pretraining.METADATA_FILE), metadata)
+    files.write_json(files.join(output_dir, pretraining.METADATA_FILE), metadata)
 
 
 def build_pipeline(pipeline, paths, tokenizer, output_dir, settings, skip_bad_lines):

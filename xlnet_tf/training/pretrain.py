@@ -55,12 +55,12 @@ def run_pretraining(setup: PretrainingSetup, options, strategy):
     """Trains and returns the logged records. The model directory becomes a pretrained directory
     (`xlnet_config.json`, `spiece.model`, checkpoints/) that `XLNetPretrainer.from_pretrained` and
     `xlnet-tf finetune --init-checkpoint` read."""
-    from xlnet_tf.data import pretraining
+    from xlnet_tf.data import pretraining_records
     from xlnet_tf.data.sampling import SamplingOptions
     from xlnet_tf.model import CONFIG_FILE, SPM_FILE, XLNetPretrainer
     from xlnet_tf.training.loop import Trainer
 
-    metadata = pretraining.load_metadata(setup.data_dir)
+    metadata = pretraining_records.load_metadata(setup.data_dir)
     sampling = SamplingOptions(
         seq_len=metadata["seq_len"], reuse_len=metadata["reuse_len"], num_predict=setup.num_predict,
         objective=setup.objective,
@@ -85,7 +85,7 @@ def run_pretraining(setup: PretrainingSetup, options, strategy):
 
     def dataset_fn(input_context, start_batch):
         batch = input_context.get_per_replica_batch_size(options.batch_size)
-        return pretraining.pretraining_dataset(
+        return pretraining_records.pretraining_dataset(
             setup.data_dir, batch, sampling, seed=options.seed, input_context=input_context, start_batch=start_batch
         )
 
