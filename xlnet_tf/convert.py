@@ -122,13 +122,14 @@ def _save(config, weights, out_dir, source, extra_files=(), finetune_config=None
 # eos ids, task_specific_params and other generation settings.
 
 # config.json `architectures` entries this converter reads -> the head their tensors hold (None: encoder only)
-_HF_ARCHITECTURES = {"XLNetModel": None, "XLNetLMHeadModel": "lm", "XLNetForSequenceClassification": "sequence",
-                     "XLNetForMultipleChoice": "sequence", "XLNetForQuestionAnswering": "squad",
-                     "XLNetForTokenClassification": "token", "XLNetForQuestionAnsweringSimple": "squad_simple"}
+_HF_ARCHITECTURES = {"XLNetModel": None, "XLNetLMHeadModel": "lm_head",
+                     "XLNetForSequenceClassification": "sequence_head", "XLNetForMultipleChoice": "sequence_head",
+                     "XLNetForQuestionAnswering": "span_head", "XLNetForTokenClassification": "token_head",
+                     "XLNetForQuestionAnsweringSimple": "simple_span_head"}
 _HF_HEAD_MODULES = ("sequence_summary", "logits_proj", "start_logits", "end_logits", "answer_class", "lm_loss",
                     "classifier", "qa_outputs")
-_HF_HEAD_MARKS = {"squad": "start_logits.dense.weight", "sequence": "logits_proj.weight", "lm": "lm_loss.bias",
-                  "token": "classifier.weight", "squad_simple": "qa_outputs.weight"}
+_HF_HEAD_MARKS = {"span_head": "start_logits.dense.weight", "sequence_head": "logits_proj.weight",
+                  "lm_head": "lm_loss.bias", "token_head": "classifier.weight", "simple_span_head": "qa_outputs.weight"}
 _HF_TENSORS = "model.safetensors"
 _HF_INDEX = "model.safetensors.index.json"  # sharded safetensors
 # Weight files transformers may write instead of safetensors -> (what it is, from_pretrained's argument)
@@ -332,7 +333,7 @@ def _transformers_head(hf, tensors, take, max_seq_len, architecture, d_model, un
         if bias:
             weights[f"{ours}/bias"] = take(f"{theirs}.bias")
 
-    if _HF_HEAD_MARKS["squad"] in tensors:
+    if _HF_HEAD_MARKS["span_head"] in tensors:
         put("start_dense", "start_logits.dense")
         put("end_dense_0", "end_logits.dense_0")
         put("end_dense_1", "end_logits.dense_1")
@@ -342,18 +343,18 @@ def _transformers_head(hf, tensors, take, max_seq_len, architecture, d_model, un
         weights["end_layer_norm/beta"] = take("end_logits.LayerNorm.bias")
         return weights, {"task": "squad", "start_n_top": hf.get("start_n_top", 5), "end_n_top": hf.get("end_n_top", 5),
                          "max_seq_len": max_seq_len}
-    if _HF_HEAD_MARKS["squad_simple"] in tensors:
+    if _HF_HEAD_MARKS["simple_span_head"] in tensors:
         # XLNetForQuestionAnsweringSimple: qa_outputs(sequence_output) -> start, end logits
         put("qa_outputs", "qa_outputs")
         return weights, {"task": "squad", "squad_head": "simple", "start_n_top": 20, "end_n_top": 20,
                          "max_seq_len": max_seq_len}
-    if _HF_HEAD_MARKS["token"] in tensors and _HF_HEAD_MARKS["sequence"] not in tensors:
+    if _HF_HEAD_MARKS["token_head"] in tensors and _HF_HEAD_MARKS["sequence_head"] not in tensors:
         # XLNetForTokenClassification: classifier(sequence_output) at every position (problem_type unused)
         put("classifier", "classifier")
         num_labels = int(np.shape(weights["classifier/kernel"])[1])
         return weights, tasks.get("token-classification").converted_config(max_seq_len, num_labels,
                                                                             _label_names(hf, num_labels))
-    if _HF_HEAD_MARKS["sequence"] not in tensors:
+    if _HF_HEAD_MARKS["sequence_head"] not in tensors:
         return {}, None
     num_labels = int(np.shape(tensors["logits_proj.weight"])[0])
     problem_type = hf.get("problem_type")
@@ -534,7 +535,7 @@ def read_transformers(src_dir, max_seq_len=512, *, allow_unused=False):
     weights.update(head_weights)
     if finetune_config:
         run_options = _head_run_options(run_options, config_path, unused)
-    if finetune_config is None and _HF_HEAD_MARKS["lm"] in tensors:
+    if finetune_config is None and _HF_HEAD_MARKS["lm_head"] in tensors:
         lm_weight = tensors.get("lm_loss.weight")
         if lm_weight is not None and not np.array_equal(lm_weight, weights["word_embedding"]):
             accounted.update(("lm_loss.weight", "lm_loss.bias"))

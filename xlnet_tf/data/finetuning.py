@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from xlnet_tf.data import graph_features as gf
 from xlnet_tf.data.chunked import as_strings, build_in_chunks, token_ids, tokens_with_char_offsets, traced
+from xlnet_tf.data.labels import kind_of
 from xlnet_tf.errors import UserError
 
 
@@ -44,13 +45,6 @@ def _check_doc_len(max_seq_len, max_doc_len):
 
 # ----------------------------------------------------------------------------------------------------
 # Classification / regression
-
-
-def _sort_labels(labels):
-    try:
-        return sorted(labels, key=int)
-    except ValueError:
-        return sorted(labels)
 
 
 def classification_features(examples, tokenizer, max_seq_len, label_list=None, max_doc_len=None):
@@ -76,41 +70,8 @@ def classification_features(examples, tokenizer, max_seq_len, label_list=None, m
         raise UserError(f"max_seq_len must be at least 3 (A <sep> B <sep> <cls>), got {max_seq_len}.")
     _check_doc_len(max_seq_len, max_doc_len)
     n = len(examples)
-    labels = [e.label for e in examples]
-    if all(lab is None for lab in labels):
-        task = "unlabeled"
-    elif all(isinstance(lab, float) for lab in labels):
-        task = "regression"
-    elif all(isinstance(lab, str) for lab in labels):
-        task = "classification"
-    elif all(isinstance(lab, tuple) for lab in labels):
-        task = "multi-label"
-    else:
-        raise UserError("Examples mix labels of different kinds (text / number / missing).")
-    if task == "classification":
-        label_list = list(label_list) if label_list is not None else _sort_labels(set(labels))
-        label_map = {lab: i for i, lab in enumerate(label_list)}
-        for e in examples:
-            if e.label not in label_map:
-                raise UserError(f"{e.source or 'example'}: label {e.label!r} is not in the label list "
-                                f"{label_list}.")
-        label_ids = np.array([label_map[lab] for lab in labels], np.int32)
-    elif task == "multi-label":
-        label_list = list(label_list) if label_list is not None else _sort_labels({x for lab in labels for x in lab})
-        label_map = {lab: i for i, lab in enumerate(label_list)}
-        label_ids = np.zeros([n, len(label_list)], np.float32)
-        for k, e in enumerate(examples):
-            missing = [lab for lab in e.label if lab not in label_map]
-            if missing:
-                raise UserError(f"{e.source or 'example'}: label {missing[0]!r} is not in the label list "
-                                f"{label_list}.")
-            label_ids[k, [label_map[lab] for lab in e.label]] = 1.0
-    elif task == "regression":
-        label_list = None
-        label_ids = np.array(labels, np.float32)
-    else:
-        label_list = None if label_list is None else list(label_list)
-        label_ids = np.full([n], -1, np.int32)
+    kind = kind_of([e.label for e in examples])
+    label_ids, label_list = kind.encode(examples, label_list)
 
     ids_a = token_ids(tokenizer, [e.text_a for e in examples])
     ids_b = token_ids(tokenizer, [e.text_b or "" for e in examples])
@@ -120,7 +81,7 @@ def classification_features(examples, tokenizer, max_seq_len, label_list=None, m
     pairs = int(features.pop("has_b").sum())
     features["label_ids"] = label_ids
     report = dict(examples=n, pairs=pairs, truncated=len(truncated), truncated_indices=truncated,
-                  label_list=label_list, task=task)
+                  label_list=label_list, task=kind.name)
     return features, report
 
 

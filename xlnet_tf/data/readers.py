@@ -13,12 +13,12 @@ import csv
 import dataclasses
 import json
 import logging
-import math
 import os
 import re
 from typing import List, Optional, Tuple, Union
 
 from xlnet_tf import files as files_layer  # `files` is a common local name here
+from xlnet_tf.data.labels import label_kind
 from xlnet_tf.errors import Spelling, UserError
 
 log = logging.getLogger(__name__)
@@ -338,36 +338,6 @@ def _resolve_columns(path, first, glue_task, text_a, text_b, label, has_header):
     return _Columns(a, b, lab, len(first), True, "columns", None)
 
 
-def _parse_label(value, task, separator=","):
-    """-> (label, reason): ``str`` for classification, finite ``float`` for regression, a tuple of ``str`` for
-    multi-label (a JSON list, or a string of labels separated by ``separator``; empty: no label)."""
-    if task == "multi-label":
-        if isinstance(value, str):
-            value = [part for part in value.split(separator)] if value.strip() else []
-        if not isinstance(value, list):
-            return None, f"multi-label labels {value!r} are not a list or a {separator!r}-separated string"
-        labels = []
-        for item in value:
-            if isinstance(item, bool) or not isinstance(item, (int, str)) or not str(item).strip():
-                return None, f"multi-label label {item!r} is not a non-empty string or an integer"
-            labels.append(str(item).strip())
-        return tuple(dict.fromkeys(labels)), None  # each label once, in order
-    if task == "regression":
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            return None, f"regression label {value!r} is not a number"
-        try:
-            number = float(value.strip() if isinstance(value, str) else value)
-        except ValueError:
-            return None, f"regression label {value!r} is not a number"
-        if not math.isfinite(number):
-            return None, f"regression label {value!r} is not finite"
-        return number, None
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        return None, f"label {value!r} is not a string or an integer"
-    value = str(value).strip()
-    return (value, None) if value else (None, "empty label")
-
-
 def read_examples(path, task="classification", text_a=None, text_b=None, label=None, *, glue_task=None,
                   has_header=None, skip_bad_rows=False, label_separator=","):
     """Read a classification or regression file into ``TextExample``s.
@@ -401,8 +371,7 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
     Raises:
       UserError naming the file (and line) for a missing or empty file, a bad header, or a bad row.
     """
-    if task not in ("classification", "regression", "multi-label"):
-        raise UserError(f"task must be 'classification', 'regression' or 'multi-label', got {task!r}.")
+    kind = label_kind(task)
     path = os.fspath(path)
     fmt = _format_of(path)
     raw = read_file_bytes(path)
@@ -445,7 +414,7 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
                 if key_label not in obj:
                     reject(line, f"missing label field {key_label!r}")
                     continue
-                value, reason = _parse_label(obj[key_label], task, label_separator)
+                value, reason = kind.parse(obj[key_label], label_separator)
                 if reason:
                     reject(line, reason)
                     continue
@@ -469,7 +438,7 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
                 continue
             value = None
             if cols.label is not None:
-                value, reason = _parse_label(row[cols.label], task, label_separator)
+                value, reason = kind.parse(row[cols.label], label_separator)
                 if reason:
                     reject(line, reason)
                     continue
