@@ -6,6 +6,8 @@ import time
 
 from . import errors
 
+NO_DEADLINE_BEYOND = 365 * 24 * 3600.0  # seconds: a deadline further away is no deadline
+
 
 class Deadline:
     """`at`: a time.monotonic() value (None: no deadline); `is_active`: a function that is False once the caller
@@ -20,8 +22,10 @@ class Deadline:
 
     @classmethod
     def after(cls, seconds, is_active=None):
-        """A deadline `seconds` from now (None: none)."""
-        return cls(None if seconds is None else time.monotonic() + seconds, is_active)
+        """A deadline `seconds` from now (None, or beyond a year: none; gRPC's time_remaining() for a call without
+        a deadline is about 2**63 nanoseconds, more than a wait's timeout can hold)."""
+        return cls(None if seconds is None or seconds > NO_DEADLINE_BEYOND else time.monotonic() + seconds,
+                   is_active)
 
     def remaining(self):
         """Seconds left (never below 0), or None without a deadline."""

@@ -34,7 +34,7 @@ def _spec(model_spec):
     return model_spec.name, version, model_spec.version_label or None
 
 
-def _deadline(context):
+def client_deadline(context):
     """The client's deadline (gRPC's time_remaining), and whether it is still waiting."""
     return Deadline.after(context.time_remaining(), context.is_active)
 
@@ -43,7 +43,7 @@ def _abort(context, error: errors.ServingError):
     context.abort(error.code, error.message)
 
 
-def _answered(core, context, api, model_name, run):
+def answered(core, context, api, model_name, run):
     """`run()`'s response; a ServingError (or any failure, as INTERNAL) aborts the call with its status. Counted
     for monitoring by model, API and status."""
     began, status = time.monotonic(), "OK"
@@ -78,7 +78,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                                                 "(max_request_bytes)")
             served, signature, outputs = self.core.predict(
                 name, version, label, request.model_spec.signature_name, arrays, tuple(request.output_filter),
-                _deadline(context))
+                client_deadline(context))
             response = predict_pb2.PredictResponse()
             response.model_spec.name = name
             response.model_spec.version.value = served
@@ -87,7 +87,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                 response.outputs[alias].CopyFrom(from_ndarray(value, tensor_content=self.tensor_content))
             return response
 
-        return _answered(self.core, context, "predict", request.model_spec.name, run)
+        return answered(self.core, context, "predict", request.model_spec.name, run)
 
     def _infer(self, request, context, method, response):
         """Classify / Regress: one task on the request's Examples; the response's model_spec names the version
@@ -97,7 +97,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         name, version, label = _spec(request.model_spec)
         served, [(signature, result)] = self.core.infer(
             name, version, label, [(method, request.model_spec.signature_name)],
-            lambda: inference.serialized_examples(request.input), _deadline(context))
+            lambda: inference.serialized_examples(request.input), client_deadline(context))
         response.model_spec.name = name
         response.model_spec.version.value = served
         response.model_spec.signature_name = signature
@@ -105,11 +105,11 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         return response
 
     def Classify(self, request, context):
-        return _answered(self.core, context, "classify", request.model_spec.name, lambda: self._infer(
+        return answered(self.core, context, "classify", request.model_spec.name, lambda: self._infer(
             request, context, CLASSIFY_METHOD, classification_pb2.ClassificationResponse()))
 
     def Regress(self, request, context):
-        return _answered(self.core, context, "regress", request.model_spec.name, lambda: self._infer(
+        return answered(self.core, context, "regress", request.model_spec.name, lambda: self._infer(
             request, context, REGRESS_METHOD, regression_pb2.RegressionResponse()))
 
     def MultiInference(self, request, context):
@@ -117,7 +117,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             model_spec, tasks = inference.check_tasks(list(request.tasks))
             name, version, label = _spec(model_spec)
             served, results = self.core.infer(name, version, label, tasks,
-                                              lambda: inference.serialized_examples(request.input), _deadline(context))
+                                              lambda: inference.serialized_examples(request.input), client_deadline(context))
             response = inference_pb2.MultiInferenceResponse()
             for (method, _), (signature, result) in zip(tasks, results):
                 entry = response.results.add()
@@ -129,7 +129,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             return response
 
         model_name = request.tasks[0].model_spec.name if request.tasks else ""
-        return _answered(self.core, context, "multi_inference", model_name, run)
+        return answered(self.core, context, "multi_inference", model_name, run)
 
     def GetModelMetadata(self, request, context):
         def run():
@@ -161,7 +161,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                 response.metadata[EXPORT_METADATA_FIELD].Pack(record)
             return response
 
-        return _answered(self.core, context, "get_model_metadata", request.model_spec.name, run)
+        return answered(self.core, context, "get_model_metadata", request.model_spec.name, run)
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer):
@@ -172,7 +172,7 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
         self.enable_reload_config = options.enable_reload_config
 
     def GetModelStatus(self, request, context):
-        return _answered(self.core, context, "get_model_status", request.model_spec.name,
+        return answered(self.core, context, "get_model_status", request.model_spec.name,
                          lambda: status_response(self.core, *_spec(request.model_spec)))
 
     def HandleReloadConfigRequest(self, request, context):
@@ -185,7 +185,7 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
             self.core.reload(request.config)
             return model_management_pb2.ReloadConfigResponse()
 
-        return _answered(self.core, context, "reload_config", "", run)
+        return answered(self.core, context, "reload_config", "", run)
 
 
 def add_services(server, core, options):

@@ -8,7 +8,7 @@ Metric names are TensorFlow Serving's:
 
 * `:tensorflow:serving:request_count` (counter; labels model_name, API, entrypoint, status): one per finished
   request. API is predict / classify / regress / multi_inference / get_model_metadata / get_model_status /
-  reload_config, entrypoint GRPC or REST, status OK or the canonical error code (INVALID_ARGUMENT, ...).
+  reload_config, or for the Open Inference Protocol v2_infer / v2_model_metadata / v2_model_ready, entrypoint GRPC or REST, status OK or the canonical error code (INVALID_ARGUMENT, ...).
 * `:tensorflow:serving:request_latency` (histogram, microseconds; labels model_name, API, entrypoint).
 * `:tensorflow:serving:batching_session:processed_batch_size` (histogram; no labels): the rows of each batch
   the batch scheduler runs.

@@ -18,7 +18,7 @@ ToHTTPStatusCode: 400 INVALID_ARGUMENT and FAILED_PRECONDITION, 404 NOT_FOUND, 4
 500 INTERNAL, 501 UNIMPLEMENTED, 503 UNAVAILABLE, 504 DEADLINE_EXCEEDED).
 
 Paths follow TensorFlow Serving's http_rest_api_util.cc: everything under /v1/ (case-insensitive) goes to
-the API, anything else is 404. Under /v1/, POST must match
+the API; /v2 and what is under it is the Open Inference Protocol (v2_rest.py); anything else is 404. Under /v1/, POST must match
 `/v1/models/NAME[/versions/DIGITS|/labels/LABEL]:(predict|classify|regress)` and GET
 `/v1/models[/NAME][/versions/DIGITS|/labels/LABEL][/metadata]` (NAME and LABEL: no '/' or ':'); what does
 not (another method, a verb in capitals, a version that is not digits, a trailing '/') is 400
@@ -46,7 +46,7 @@ import logging
 import re
 import urllib.parse
 
-from . import errors, inference
+from . import errors, inference, v2_rest
 from .http_messages import Answer
 from .methods import CLASSIFY_METHOD, DEFAULT_SIGNATURE, REGRESS_METHOD
 from .rest_json import MAX_JSON_DEPTH, format_outputs, load_json, message_to_dict, parse_predict_body
@@ -120,12 +120,16 @@ class RestHandler:
 
     def __init__(self, core, options):
         self.core = core
+        self.v2 = v2_rest.V2RestApi(core, v2_rest.SERVER_NAME, v2_rest.server_version())
         self.monitoring_path = options.monitoring_path
         self.cors_headers = CORS_HEADERS if options.rest_api_enable_cors_support else ()
 
     def count(self, request, answer, seconds):
         """An answer to a complete request, counted by model and API when it is an API request."""
-        labels = _metric_labels(request.method, request.path) if _V1.fullmatch(request.path) else None
+        if _V1.fullmatch(request.path):
+            labels = _metric_labels(request.method, request.path)
+        else:
+            labels = v2_rest.metric_labels(request.method, request.path) if v2_rest.is_v2(request.path) else None
         if answer.code is not None and labels is not None:
             self.core.count(labels[0], labels[1], "REST", answer.code, seconds)
 
@@ -136,7 +140,8 @@ class RestHandler:
             metrics = self.core.metrics.exposition() if self.core.metrics is not None else ""
             return Answer(200, metrics.encode("utf-8"), "text/plain; version=0.0.4; charset=utf-8", code=None,
                           cors=False)
-        if not _V1.fullmatch(path):
+        v2 = v2_rest.is_v2(path)
+        if not v2 and not _V1.fullmatch(path):
             return Answer.json(404, {"error": f"Not found: {method} {path}"}, code=None, cors=False)
         if method == "OPTIONS":  # CORS preflight (http_server.cc), with or without CORS support
             if _ORIGIN.search(request.header("origin")):
@@ -144,7 +149,7 @@ class RestHandler:
             return Answer.error(errors.failed_precondition("Origin header is missing in CORS preflight"),
                                 code=None)
         try:
-            return Answer.json(200, self._api(request))
+            return self.v2.handle(request) if v2 else Answer.json(200, self._api(request))
         except errors.ServingError as error:
             return Answer.error(error)
         except RecursionError:

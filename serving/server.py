@@ -22,6 +22,8 @@ from .monitoring import Metrics, load_monitoring_config
 from .options import ServerOptions, batching_grpc_threads, default_grpc_max_threads, with_session_parallelism
 from .rest_api import RestServer
 from .security import server_credentials
+from .v2_grpc import add_inference_service
+from .v2_rest import SERVER_NAME, server_version
 
 log = logging.getLogger("xlnet_tf.serving")
 
@@ -89,6 +91,7 @@ class ModelServer:
             futures.ThreadPoolExecutor(max_workers=options.grpc_max_threads, thread_name_prefix="grpc"),
             options=grpc_server_arguments(options), maximum_concurrent_rpcs=options.grpc_max_threads)
         add_services(self._grpc, self.core, options)
+        add_inference_service(self._grpc, self.core, SERVER_NAME, server_version())  # the Open Inference Protocol
         if options.enable_grpc_healthcheck_service:
             self.health = add_health_service(self._grpc)
         if options.port is not None:

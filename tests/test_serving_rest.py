@@ -300,7 +300,7 @@ def test_paths_follow_tensorflow_serving(server):
             ("GET", "/v1/models", 400, "Missing model name"),
             ("GET", f"/v1/models/{QUOTED}/versions/99999999999999999999", 400, "Failed to convert version"),
             ("POST", "/v1/models/my+model:predict", 404, "my+model"),  # '+' is not a space in a path
-            ("GET", "/v2/models/x", 404, "Not found"), ("GET", "/", 404, "Not found"),
+            ("GET", "/v3/models/x", 404, "Not found"), ("GET", "/", 404, "Not found"),
             ("GET", "/v1", 404, "Not found")]:
         status, body, _, _ = _http(server, method, path, {"instances": ["a"]} if method == "POST" else None)
         check(f"{method} {path}", f"HTTP {status} {body.get('error', '')[:70]!r}", f"{expected} naming {words!r}",

@@ -218,6 +218,35 @@ def test_mtls_certificate_of_custom_ca_is_answered(mtls_server, pki, model):
 # --- unix socket ---------------------------------------------------------------------------------------
 
 
+def test_open_inference_protocol_over_tls(tls_server, mtls_server, pki, model):
+    """tritonclient's gRPC client (the Open Inference Protocol) on the same TLS port: answered when it trusts the
+    CA (and, with mutual TLS, presents a certificate of it), refused in plaintext."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    def labels(server, **ssl):
+        client = grpcclient.InferenceServerClient(server.grpc_target, ssl=bool(ssl), **ssl)
+        try:
+            tensor = grpcclient.InferInput("text", [len(TEXTS)], "BYTES")
+            tensor.set_data_from_numpy(np.array([t.encode() for t in TEXTS], dtype=np.object_))
+            out = client.infer("clf", [tensor], client_timeout=TIMEOUT).as_numpy("label")
+            return "answered", [v.decode() for v in out]
+        except InferenceServerException as error:
+            return "refused", str(error.status())
+        finally:
+            client.close()
+
+    got = labels(tls_server, root_certificates=pki.ca)
+    check("v2 ModelInfer over TLS, client trusts the CA", got, f"answered {model[1]}", got == ("answered", model[1]))
+    got = labels(mtls_server, root_certificates=pki.ca, private_key=pki.client["ssl_key_file"],
+                 certificate_chain=pki.client["ssl_cert_file"])
+    check("v2 ModelInfer over mutual TLS, client certificate of the CA", got, f"answered {model[1]}",
+          got == ("answered", model[1]))
+    got = labels(tls_server)
+    check("v2 ModelInfer in plaintext to the TLS port", got[0], "refused", got[0] == "refused")
+
+
 def test_unix_socket_tls(tls_server, mtls_server, pki, model):
     tls, mtls = f"unix:{tls_server.socket_path}", f"unix:{mtls_server.socket_path}"
     check_answered("unix socket TLS, CA trusted, name localhost", tls, model, ssl_ca_file=pki.ca,
