@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 from google.protobuf import text_format
 
@@ -210,7 +211,11 @@ def parse_model_server_config(text: str, where="model config"):
     try:
         text_format.Parse(text, message)
     except text_format.ParseError as error:
-        raise UserError(f"{where}: not a ModelServerConfig text proto: {error}") from None
+        # TensorFlow Serving's two lines: protobuf's TextFormat log line, then ParseProtoTextFile's status.
+        detail = re.sub(r"^\d+(:\d+)? : ", "", str(error))
+        place = f"{error.GetLine()}:{error.GetColumn()}: " if error.GetLine() is not None else ""
+        raise UserError(f"Error parsing text-format {message.DESCRIPTOR.full_name}: {place}{detail}\n"
+                        f"Invalid protobuf file: '{where}'") from None
     return message
 
 
