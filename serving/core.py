@@ -108,4 +108,8 @@ class ServerCore:
         self.manager.reload(entries)
 
     def status(self, model_name, version=None, label=None):
+        """[(version, state, error or None)]; NOT_FOUND in TensorFlow Serving's words (get_model_status_impl.cc)."""
+        if model_name not in self.manager.models:
+            raise errors.not_found(f"Could not find version {version} of model {model_name}" if version is not None
+                                   else f"Could not find any versions of model {model_name}")
         return self.manager.model(model_name).status(version, label)

@@ -70,6 +70,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     def Predict(self, request, context):
         def run():
+            if not request.HasField("model_spec"):
+                raise errors.invalid_argument("Missing ModelSpec")
             name, version, label = _spec(request.model_spec)
             limit = self.core.options.max_request_bytes if self.core.options is not None else None
             arrays = {alias: to_ndarray(tensor, limit) for alias, tensor in request.inputs.items()}
@@ -133,9 +135,9 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     def GetModelMetadata(self, request, context):
         def run():
-            name, version, label = _spec(request.model_spec)
-            if not name:
+            if not request.HasField("model_spec"):
                 raise errors.invalid_argument("Missing ModelSpec")
+            name, version, label = _spec(request.model_spec)
             fields = list(request.metadata_field)
             if not fields:
                 raise errors.invalid_argument("GetModelMetadataRequest must specify at least one metadata_field")

@@ -179,28 +179,23 @@ class ServedModel:
     # -- routing --------------------------------------------------------------------------------------
 
     def acquire(self, version=None, label=None) -> Handle:
+        """The version a request names (the latest available one by default), held until the handle exits;
+        TensorFlow Serving's errors: INVALID_ARGUMENT for an unknown label, NOT_FOUND "Servable not found for
+        request: Latest(NAME)" / "Specific(NAME, VERSION)" when no such version is available."""
         with self._cond:
             if label:
                 if label not in self.labels:
-                    raise errors.invalid_argument(f"Unrecognized servable version label: {label} (model "
-                                                  f"{self.name} has labels {sorted(self.labels) or 'none'})")
+                    raise errors.invalid_argument(f"Unrecognized servable version label: {label}")
                 version = self.labels[label]
             if version is None:
                 available = [s for s in self.versions.values() if s.state == AVAILABLE]
                 if not available:
-                    raise errors.failed_precondition(
-                        f"model {self.name} has no version available yet ({self._describe()})")
+                    raise errors.not_found(f"Servable not found for request: Latest({self.name})")
                 state = max(available, key=lambda s: s.version)
             else:
                 state = self.versions.get(int(version))
-                if state is None or state.state in (UNLOADING, END) and state.error is None:
-                    raise errors.not_found(f"version {version} of model {self.name} is not served "
-                                           f"({self._describe()})")
-                if state.state != AVAILABLE:
-                    reason = f": {state.error.message}" if state.error else ""
-                    raise errors.failed_precondition(
-                        f"version {version} of model {self.name} is not available yet "
-                        f"(state {state.state}{reason})")
+                if state is None or state.state != AVAILABLE:
+                    raise errors.not_found(f"Servable not found for request: Specific({self.name}, {version})")
             state.inflight += 1
             return Handle(self, state)
 
@@ -217,11 +212,6 @@ class ServedModel:
         if retired:  # closed off the request's thread: its response is not delayed
             threading.Thread(target=self._close, args=(state,), name=f"unload-{self.name}-{state.version}",
                              daemon=True).start()
-
-    def _describe(self):
-        if not self.versions:
-            return f"no version directory found under {self.entry.base_path}"
-        return ", ".join(f"version {v}: {s.state}" for v, s in sorted(self.versions.items()))
 
     def status(self, version=None, label=None):
         """[(version, state, error or None)] like GetModelStatus (NOT_FOUND when nothing is known)."""
@@ -248,7 +238,7 @@ class ServedModel:
             f"no integer version directory holding a saved_model.pb under {base}"
         looking = f"looking for it every {every:g}s, as TensorFlow Serving does" if every and every > 0 else \
             "looked at only at start (poll interval 0)"
-        return f"{missing} (yet); {looking}; its requests fail with FAILED_PRECONDITION until a version loads"
+        return f"{missing} (yet); {looking}; its requests fail with NOT_FOUND until a version loads"
 
     def reconcile(self):
         """One poll: load new aspired versions (with warmup), then unload those no longer aspired."""
@@ -426,7 +416,15 @@ class ModelManager:
                                    f"(models: {', '.join(self.models)})") from None
 
     def acquire(self, name, version=None, label=None) -> Handle:
-        return self.model(name).acquire(version, label)
+        if not name:
+            raise errors.invalid_argument("ModelSpec has no name specified.")
+        model = self.models.get(name)
+        if model is None:  # TensorFlow Serving resolves a label first, then looks the servable up
+            if label:
+                raise errors.invalid_argument(f"Unrecognized servable version label: {label}")
+            spec = f"Specific({name}, {version})" if version is not None else f"Latest({name})"
+            raise errors.not_found(f"Servable not found for request: {spec}")
+        return model.acquire(version, label)
 
     def record(self, model, version, event, detail):
         with self._events_lock:

@@ -575,7 +575,7 @@ def test_bad_requests_get_the_right_status_and_serving_continues(server, referen
     if server.ours:
         cases.append(("model with no version loaded yet",
                       lambda: Client(server.target, "pending", retries=0).predict({"text": ["a"]}),
-                      "FAILED_PRECONDITION"))
+                      "NOT_FOUND"))
     for label, call, expected in cases:
         code, message = _grpc_code(call)
         print(f"    {label}: {code.name} ({message[:110]})")
