@@ -137,9 +137,7 @@ class Servable:
             return name, self.signatures[name]
         except KeyError:
             # TensorFlow Serving's code and wording (predict_util.cc).
-            raise errors.failed_precondition(
-                f'Serving signature key "{name}" not found. Signatures of {self.name} version '
-                f"{self.version}: {', '.join(sorted(self.signatures))}") from None
+            raise errors.failed_precondition(f'Serving signature key "{name}" not found.') from None
 
     def prepare(self, signature_name, inputs, output_filter=()) -> Prepared:
         """Checks a request against the SignatureDef (see the module docstring) -> Prepared."""
@@ -147,16 +145,9 @@ class Servable:
         if signature.method_name not in ("", PREDICT_METHOD, CLASSIFY_METHOD, REGRESS_METHOD):
             raise errors.ServingError("INTERNAL", f"signature {name!r} has method_name "
                                       f"{signature.method_name!r}, which Predict cannot run")
-        expected, sent = set(signature.inputs), set(inputs)
-        defaults = set(signature.defaults) if hasattr(signature, "defaults") else set()
-        missing, extra = expected - sent - defaults, sent - expected
-        if missing or extra:
-            raise errors.invalid_argument(
-                f"input size does not match signature {name!r}: sent {{{', '.join(sorted(sent))}}}, the "
-                f"signature takes {{{', '.join(sorted(expected))}}}. Missing but required: "
-                f"{{{', '.join(sorted(missing))}}}. Sent extra: {{{', '.join(sorted(extra))}}}.")
+        _check_input_names(signature, inputs)
         arrays = {}
-        for alias in sorted(expected):
+        for alias in sorted(signature.inputs):
             info = signature.inputs[alias]
             if alias in inputs:
                 array = self._check_input(name, signature, alias, info, inputs[alias])
@@ -168,8 +159,8 @@ class Servable:
         for alias in outputs:
             if alias not in signature.outputs:
                 raise errors.invalid_argument(
-                    f"output tensor alias not found in signature {name!r}: {alias}. Outputs are "
-                    f"{{{', '.join(sorted(signature.outputs))}}}.")
+                    f"output tensor alias not found in signature: {alias} Outputs expected to be in the set "
+                    f"{{{','.join(sorted(signature.outputs))}}}.")
             if alias in seen:
                 raise errors.invalid_argument(f"duplicate output tensor alias: {alias}")
             seen.add(alias)
@@ -317,6 +308,28 @@ class Servable:
                         "regress_log",
                         self.name, self.version, skipped)
         return self.warmup_requests_run
+
+
+def _check_input_names(signature, inputs):
+    """TensorFlow Serving's checks of a request's input names, in its order and words (predict_util.cc
+    VerifyRequestInputsSize, then TensorFlow's saved_model GetInputValues)."""
+    sent, expected = sorted(inputs), sorted(signature.inputs)
+    defaults = sorted(signature.defaults) if hasattr(signature, "defaults") else []
+    if len(sent) > len(expected) or (len(sent) < len(expected) and not defaults):
+        raise errors.invalid_argument(
+            f"input size does not match signature: {len(sent)}!={len(expected)} len({{{','.join(sent)}}}) != "
+            f"len({{{','.join(expected)}}}). Sent extra: {{{','.join(sorted(set(sent) - set(expected)))}}}. "
+            f"Missing but required: {{{','.join(sorted(set(expected) - set(sent)))}}}.")
+    for alias in expected:
+        if alias not in inputs and alias not in defaults:
+            raise errors.invalid_argument(
+                f"Signature input alias: {alias}(feed name: {signature.inputs[alias].name}) not found in request and "
+                f"no default value provided. Inputs expected to be in the request {{{','.join(sent)}}}, or default "
+                f"input alias set: {','.join(defaults)}")
+    used = [alias for alias in sent if alias in signature.inputs]
+    if sent and len(used) != len(sent):
+        raise errors.invalid_argument(f"Inputs contains invalid name. Used request inputs: {','.join(used)}, request "
+                                      f"input: {','.join(sent)}")
 
 
 def _common_rows(inputs):
