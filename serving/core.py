@@ -30,34 +30,37 @@ class ServerCore:
         `arrays` is {input alias: ndarray}, or a function of the SignatureDef returning it (REST parses its
         JSON with the signature's dtypes, of the very version that runs it).
         """
-        if not model_name:
-            raise errors.invalid_argument("Missing ModelSpec: the request names no model")
         with self.manager.acquire(model_name, version, label) as handle:
             servable = handle.servable
-            if callable(arrays):
-                arrays = arrays(servable.signature(signature_name or DEFAULT_SIGNATURE)[1])
+            if callable(arrays):  # REST: TensorFlow Serving's GetInfoMap looks the signature up, with its words
+                name = signature_name or DEFAULT_SIGNATURE
+                if name not in servable.signatures:
+                    raise errors.invalid_argument(f'Serving signature name: "{name}" not found in signature def')
+                arrays = arrays(servable.signatures[name])
             prepared = servable.prepare(signature_name or DEFAULT_SIGNATURE, arrays, output_filter)
             return handle.version, prepared.signature_name, self._run(model_name, handle, prepared, deadline)
 
-    def infer(self, model_name, version, label, tasks, examples, deadline=NONE):
-        """Classify / Regress / MultiInference: `tasks` [(method, signature name or "")] on `examples` (object
-        ndarray [N] of serialized tf.Examples, or a function returning it, called once the model is found: an
-        unknown model is NOT_FOUND whatever the input, as in TensorFlow Serving) -> (version served,
-        [(signature name, result proto)]), the results in task order, each holding the examples' results in
-        input order."""
-        if not model_name:
-            raise errors.invalid_argument("ModelSpec has no name specified.")
+    def infer(self, model_name, version, label, tasks, examples, deadline=NONE, input_first=False):
+        """Classify / Regress / MultiInference on `examples` (object ndarray [N] of serialized tf.Examples, or a
+        function returning it) -> (version served, [(signature name, result proto)]), the results in task
+        order, each holding the examples' results in input order. `tasks`: [(method, signature name or "")]
+        for Classify / Regress, a MultiInferenceRequest's tasks (protos) for MultiInference.
+
+        As in TensorFlow Serving, the model is looked up first (an unknown model is NOT_FOUND whatever the
+        input), then the signatures are checked, then the input is read (`examples()`); with `input_first`
+        (REST: its body), the input is read before the signatures are checked."""
         with self.manager.acquire(model_name, version, label) as handle:
             servable = handle.servable
+            if input_first and callable(examples):
+                examples = examples()
+            if tasks and not isinstance(tasks[0], tuple):
+                checked = inference.check_tasks(tasks, servable.signatures)
+            else:
+                checked = [inference.classify_regress_task(method, name, servable.signatures) for method, name in tasks]
             if callable(examples):
                 examples = examples()
             results = []
-            for method, signature_name in tasks:
-                name = signature_name or DEFAULT_SIGNATURE
-                signature = servable.signatures.get(name)
-                if signature is None:
-                    raise errors.invalid_argument(f"No signature was found with the name: {name}")
-                input_alias, output_aliases = inference.signature_io(method, name, signature)
+            for method, name, input_alias, output_aliases in checked:
                 prepared = servable.prepare(name, {input_alias: examples}, output_aliases)
                 outputs = self._run(model_name, handle, prepared, deadline)
                 results.append((name, inference.RESULTS[method](outputs, len(examples))))

@@ -116,12 +116,13 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     def MultiInference(self, request, context):
         def run():
-            model_spec, tasks = inference.check_tasks(list(request.tasks))
-            name, version, label = _spec(model_spec)
+            tasks = list(request.tasks)
+            name, version, label = _spec(tasks[0].model_spec) if tasks else ("", None, None)
             served, results = self.core.infer(name, version, label, tasks,
                                               lambda: inference.serialized_examples(request.input), client_deadline(context))
             response = inference_pb2.MultiInferenceResponse()
-            for (method, _), (signature, result) in zip(tasks, results):
+            for task, (signature, result) in zip(tasks, results):
+                method = task.method_name
                 entry = response.results.add()
                 entry.model_spec.name = name
                 entry.model_spec.version.value = served

@@ -12,7 +12,8 @@ multi_inference_helper.cc and util.cc):
   signature's method name is not required to match.
 * `classification_result` / `regression_result`: the signature's outputs -> the result proto, after the
   output checks (shapes, dtypes, batch sizes).
-* `check_tasks(tasks)`: a MultiInference request's tasks -> (model spec, [(method, signature name)]).
+* `classify_regress_task` / `check_tasks(tasks, signatures)`: a Classify / Regress request's signature, or a
+  MultiInference request's tasks, checked against the model's signatures.
 """
 
 from __future__ import annotations
@@ -133,62 +134,74 @@ def regression_result(outputs, batch):
 RESULTS = {CLASSIFY_METHOD: classification_result, REGRESS_METHOD: regression_result}
 
 
-def check_tasks(tasks):
-    """A MultiInference request's tasks -> (the first task's ModelSpec, [(method, signature name)]): one model,
-    no signature twice, classify / regress methods only."""
-    if not tasks:
-        raise errors.invalid_argument("ModelSpec has no name specified.")
-    name = tasks[0].model_spec.name
-    checked, seen = [], set()
+def classify_regress_task(method, signature_name, signatures):
+    """Classify / Regress: (method, signature name, input alias, output aliases) of its signature, or
+    TensorFlow Serving's INVALID_ARGUMENT (GetClassificationSignatureDef / GetRegressionSignatureDef)."""
+    name = signature_name or DEFAULT_SIGNATURE
+    if name not in signatures:
+        raise errors.invalid_argument(f"No signature was found with the name: {name}")
+    return (method, name) + signature_io(method, name, signatures[name])
+
+
+def check_tasks(tasks, signatures):
+    """A MultiInference request's tasks, on the model its first task names -> [(method, signature name, input
+    alias, output aliases)], with TensorFlow Serving's checks, task by task, in its order (multi_inference.cc):
+    one model, no signature twice, a signature of the model, classify / regress methods only."""
+    name, checked, seen = "", [], set()
     for task in tasks:
         if not task.model_spec.name:
             raise errors.invalid_argument("Found ModelSpec with an empty model name.")
-        if task.model_spec.name != name:
+        if name and task.model_spec.name != name:
             raise errors.invalid_argument("All ModelSpecs in a MultiInferenceRequest must access the same model "
                                           "name.")
-        signature = task.model_spec.signature_name or DEFAULT_SIGNATURE
-        if signature in seen:
-            raise errors.invalid_argument(f"Duplicate evaluation of signature: {signature}")
-        seen.add(signature)
+        name = task.model_spec.name
+        signature_name = task.model_spec.signature_name or DEFAULT_SIGNATURE
+        if signature_name in seen:
+            raise errors.invalid_argument(f"Duplicate evaluation of signature: {signature_name}")
+        seen.add(signature_name)
+        if signature_name not in signatures:
+            raise errors.invalid_argument(f"Requested signature not found in model graph: {signature_name}")
         if task.method_name not in METHODS:
             raise errors.ServingError("UNIMPLEMENTED", f"Unsupported signature method_name: {task.method_name}")
-        checked.append((task.method_name, signature))
-    return tasks[0].model_spec, checked
+        checked.append((task.method_name, signature_name)
+                       + signature_io(task.method_name, signature_name, signatures[signature_name]))
+    return checked
 
 
 # -- REST: TensorFlow Serving's JSON for :classify / :regress (json_tensor.cc) ----------------------------------
 
-_JSON_TYPES = {type(None): "Null", list: "Array", dict: "Object", str: "String", bool: "Bool", int: "Number",
-               float: "Number"}
-
 
 def _feature_values(name, value):
-    """One JSON feature value (a scalar or a flat list) -> (kind "bytes" / "int64" / "float", values)."""
+    """One JSON feature value (a scalar or a flat list) -> (kind "bytes" / "int64" / "float", values), with
+    AddValueToFeature's checks in its order."""
     import base64
     import binascii
 
+    from .json_reader import json_type
+    from .rest_json import is_b64
+
     kind, values = None, []
     for element in value if isinstance(value, list) else [value]:
-        if isinstance(element, dict) and set(element) == {"b64"} and isinstance(element["b64"], str):
-            try:
-                element_kind, element = "bytes", base64.b64decode(element["b64"], validate=True)
-            except (binascii.Error, ValueError):
-                raise errors.invalid_argument("Unable to base64 decode") from None
+        if element is None or isinstance(element, list) or (isinstance(element, dict) and not is_b64(element)):
+            raise errors.invalid_argument(f"Feature: {name} has element with unexpected JSON type: "
+                                          f"{json_type(element)}")
+        if isinstance(element, dict):
+            element_kind = "bytes"
         elif isinstance(element, str):
-            element_kind, element = "bytes", element.encode("utf-8")
+            element_kind, element = "bytes", element.encode("utf-8", "surrogatepass")
         elif isinstance(element, bool):
             element_kind, element = "int64", int(element)
-        elif isinstance(element, int):
-            if element >= 2**63:
-                raise errors.invalid_argument(f"Feature: {name} has uint64_t element. Only int64_t is supported.")
-            element_kind = "int64"
-        elif isinstance(element, float):
-            element_kind = "float"
         else:
-            raise errors.invalid_argument(f"Feature: {name} has element with unexpected JSON type: "
-                                          f"{_JSON_TYPES.get(type(element), 'Object')}")
+            element_kind = "float" if isinstance(element, float) else "int64"
         if kind is not None and element_kind != kind:
             raise errors.invalid_argument(f"Unexpected element type in feature: {name} expecting type: {kind}")
+        if isinstance(element, dict):
+            try:
+                element = base64.b64decode(element["b64"], validate=True)
+            except (binascii.Error, ValueError):
+                raise errors.invalid_argument("Unable to base64 decode") from None
+        elif element_kind == "int64" and element >= 2**63:
+            raise errors.invalid_argument(f"Feature: {name} has uint64_t element. Only int64_t is supported.")
         kind = element_kind
         values.append(element)
     return kind, values
