@@ -212,8 +212,10 @@ def example_from_json(value):
     integers and booleans -> int64_list, other numbers -> float_list)."""
     from tensorflow.core.example import example_pb2
 
+    from .json_reader import json_type
+
     if not isinstance(value, dict):
-        raise errors.invalid_argument(f"Example must be JSON object but got JSON {_JSON_TYPES.get(type(value), 'Object')}")
+        raise errors.invalid_argument(f"Example must be JSON object but got JSON {json_type(value)}")
     example = example_pb2.Example()
     for name, item in value.items():
         kind, values = _feature_values(name, item)
@@ -223,29 +225,28 @@ def example_from_json(value):
     return example
 
 
-def input_from_json(body, verb):
-    """A :classify / :regress body -> (signature name, Input proto): {"signature_name"?, "context"?,
-    "examples": [...]} (with "context": example_list_with_context)."""
+def input_from_json(body):
+    """A :classify / :regress body (a JSON object: rest_json.request_object) -> (signature name, Input proto):
+    {"signature_name"?, "context"?, "examples": [...]} (with "context": example_list_with_context), with
+    FillClassifyRegressRequestFromJson's checks, in its order, and its words (it says "classify" for both)."""
     from tensorflow_serving.apis import input_pb2
 
-    if not isinstance(body, dict):
-        raise errors.invalid_argument("JSON Value: the request body Is not object")
-    signature_name = body.get("signature_name", "")
-    if not isinstance(signature_name, str):
-        raise errors.invalid_argument("'signature_name' key must be a string value.")
-    if "examples" not in body:
-        raise errors.invalid_argument(f"When method is {verb}, key 'examples' is expected and was not found")
-    examples = body["examples"]
-    if not isinstance(examples, list):
-        raise errors.invalid_argument("Expecting 'examples' value to be an list/array")
-    if not examples:
-        raise errors.invalid_argument("'examples' value is an empty array")
+    from .rest_json import format_error, signature_name_of
+
+    signature_name = signature_name_of(body)
     request = input_pb2.Input()
     if "context" in body:
         listed = request.example_list_with_context
         listed.context.CopyFrom(example_from_json(body["context"]))
     else:
         listed = request.example_list
+    if "examples" not in body:
+        raise format_error(body, "When method is classify, key 'examples' is expected and was not found")
+    examples = body["examples"]
+    if not isinstance(examples, list):
+        raise format_error(body, "Expecting 'examples' value to be an list/array")
+    if not examples:
+        raise format_error(body, "'examples' value is an empty array")
     for example in examples:
         listed.examples.add().CopyFrom(example_from_json(example))
     return signature_name, request

@@ -48,8 +48,9 @@ import urllib.parse
 
 from . import errors, inference, v2_rest
 from .http_messages import Answer
-from .methods import CLASSIFY_METHOD, DEFAULT_SIGNATURE, REGRESS_METHOD
-from .rest_json import MAX_JSON_DEPTH, format_outputs, load_json, message_to_dict, parse_predict_body
+from .methods import CLASSIFY_METHOD, REGRESS_METHOD
+from .json_reader import MAX_JSON_DEPTH
+from .rest_json import format_outputs, message_to_dict, parse_predict_body, request_object, signature_name_of
 from .status import status_response
 
 log = logging.getLogger("xlnet_tf.serving")
@@ -186,16 +187,12 @@ class RestHandler:
         return message_to_dict(status_response(core, name, version, label))
 
     def _predict(self, request, name, version, label):
-        body = load_json(request.body)
-        if not isinstance(body, dict):
-            raise errors.invalid_argument("the request body must be a JSON object")
-        signature_name = body.get("signature_name") or DEFAULT_SIGNATURE
-        if not isinstance(signature_name, str):
-            raise errors.invalid_argument("'signature_name' must be a string")
+        body = request_object(request.body)
+        signature_name = signature_name_of(body)
         layout = {}
 
         def build(signature):
-            arrays, layout["rows"] = parse_predict_body(body, signature)
+            arrays, layout["rows"] = parse_predict_body(body, signature, signature_name)
             return arrays
 
         _, _, outputs = self.core.predict(name, version, label, signature_name, build, deadline=request.deadline)
@@ -204,19 +201,17 @@ class RestHandler:
     def _infer(self, request, name, version, label, verb):
         method = CLASSIFY_METHOD if verb == "classify" else REGRESS_METHOD
         try:
-            body, failure = load_json(request.body), None
+            body, failure = request_object(request.body), None
+            signature_name = signature_name_of(body)
         except errors.ServingError as error:
-            body, failure = None, error
-        signature_name = body.get("signature_name", "") if isinstance(body, dict) else ""
-        if not isinstance(signature_name, str):
-            signature_name = ""  # input_from_json refuses it, once the model is found
+            body, failure, signature_name = None, error, ""
 
         def examples():  # called once the model is found: an unknown model is NOT_FOUND whatever the body
             if failure is not None:
                 raise failure
-            _, input_proto = inference.input_from_json(body, verb)
+            _, input_proto = inference.input_from_json(body)
             return inference.serialized_examples(input_proto)
 
         _, [(_, result)] = self.core.infer(name, version, label, [(method, signature_name)], examples,
-                                           deadline=request.deadline)
+                                           deadline=request.deadline, input_first=True)
         return {"results": inference.result_to_json(method, result)}

@@ -1,22 +1,23 @@
-"""The REST API's JSON codec: request bodies -> tensors for a SignatureDef (TensorFlow Serving's json_tensor
-rules: row format "instances", columnar "inputs", {"b64": ...} values) and outputs -> the response body,
-with the JSON limit of the REST server:
+"""The REST API's JSON codec, as TensorFlow Serving's json_tensor.cc: request bodies -> tensors for a SignatureDef
+(row format "instances", columnar "inputs", {"b64": ...} values) and outputs -> the response body.
 
-* JSON: a body nested deeper than MAX_JSON_DEPTH (e.g. 100000 '['), not UTF-8, or with a number of more
-  digits than Python converts: 400 "JSON Parse error: ...", never a RecursionError.
+Its errors are TensorFlow Serving's, to the byte: bodies are read as rapidjson 1.1.0 reads them ("JSON Parse
+error: <rapidjson's message> at offset: <byte>"; see `load_json`), and messages that show a JSON value show it
+as rapidjson's PrettyWriter writes it, cut at 256 bytes (`debug_string`). A body nested deeper than
+MAX_JSON_DEPTH (e.g. 100000 '[') is 400 "JSON Parse error: ...", never a RecursionError.
 """
 
 from __future__ import annotations
 
-import json
+import base64
+import binascii
 
 import numpy as np
 from google.protobuf import json_format
 
 from . import errors
-from .tensors import json_to_ndarray, ndarray_to_json, shape_of
-
-MAX_JSON_DEPTH = 100  # arrays/objects nested in a body: a tensor has at most 64 dimensions
+from .json_reader import debug_string, json_type, load_json
+from .tensors import DT, ndarray_to_json, numpy_dtype
 
 
 def message_to_dict(message):
@@ -29,78 +30,226 @@ def message_to_dict(message):
                                          preserving_proto_field_name=True)
 
 
-def _is_b64(value):
-    return isinstance(value, dict) and set(value) == {"b64"}
+def request_object(body):
+    """A request body -> its JSON object (load_json; then "JSON Value: ... Is not object")."""
+    value = load_json(body)
+    if not isinstance(value, dict):
+        raise format_error(value, "Is not object")
+    return value
 
 
-def parse_predict_body(body, signature):
-    """JSON body -> ({alias: ndarray}, row_format) for this SignatureDef (TF Serving's json_tensor rules)."""
-    if not isinstance(body, dict):
-        raise errors.invalid_argument("the request body must be a JSON object")
-    has_instances, has_inputs = "instances" in body, "inputs" in body
-    if has_instances == has_inputs:
-        raise errors.invalid_argument("Missing 'inputs' or 'instances' key" if not has_instances else
-                                      "a request can have either 'instances' or 'inputs', not both")
-    specs = signature.inputs
-    names = sorted(specs)
-    if has_instances:
-        rows = body["instances"]
-        if not isinstance(rows, list):
-            raise errors.invalid_argument("'instances' must be a list")
-        named = bool(rows) and isinstance(rows[0], dict) and not _is_b64(rows[0])
-        if named:
-            columns = {}
-            for index, row in enumerate(rows):
-                if not isinstance(row, dict) or _is_b64(row):
-                    raise errors.invalid_argument(f"Expecting object but got list at item {index} of input list")
-                for key in row:
-                    if key not in specs:
-                        raise errors.invalid_argument(f"JSON object has an input not in the signature: {key} "
-                                                      f"(inputs: {', '.join(names)})")
-                for name in names:
-                    if name not in row:
-                        raise errors.invalid_argument(f"Missing named input: {name} in item {index} of "
-                                                      "'instances' (every instance needs every input)")
-                    columns.setdefault(name, []).append(row[name])
-            if not rows:
-                columns = {}
+def signature_name_of(body):
+    """The body's "signature_name" ("" when absent): FillSignature, which refuses anything but a string."""
+    name = body.get("signature_name", "")
+    if not isinstance(name, str):
+        raise errors.invalid_argument(f"JSON Value: {debug_string(body)} not formatted correctly. 'signature_name' "
+                                      "key must be a string value.")
+    return name
+
+
+def format_error(value, *parts):
+    """INVALID_ARGUMENT "JSON Value: <value as rapidjson writes it> <parts>" (json_tensor.cc FormatError)."""
+    return errors.invalid_argument("JSON Value: " + debug_string(value) + " " + "".join(map(str, parts)))
+
+
+# -- Predict bodies: TensorFlow Serving's FillPredictRequestFromJson --------------------------------------------
+
+
+def is_b64(value):
+    """{"b64": "<string>"}, and nothing else in the object (IsValBase64Object)."""
+    return type(value) is dict and len(value) == 1 and type(value.get("b64")) is str
+
+
+def _is_element_object(value):
+    return type(value) is dict and not is_b64(value)
+
+
+def _type_name(dtype):
+    """TensorFlow's DataTypeString: DT_FLOAT -> "float"."""
+    return DT.Name(dtype)[3:].lower() if dtype in DT.values() else f"unknown dtype enum ({dtype})"
+
+
+def _type_error(value, dtype):
+    return errors.invalid_argument(f"JSON Value: {debug_string(value)} Type: {json_type(value)} is not of "
+                                   f"expected type: {_type_name(dtype)}")
+
+
+_INT_RANGES = {DT.DT_INT32: (-(1 << 31), (1 << 31) - 1), DT.DT_INT16: (-(1 << 31), (1 << 31) - 1),
+               DT.DT_INT8: (-(1 << 31), (1 << 31) - 1), DT.DT_UINT8: (-(1 << 31), (1 << 31) - 1),
+               DT.DT_INT64: (-(1 << 63), (1 << 63) - 1), DT.DT_UINT32: (0, (1 << 32) - 1),
+               DT.DT_UINT64: (0, (1 << 64) - 1)}
+
+
+def _leaf(value, dtype):
+    """One JSON value of a tensor -> its value (AddValueToTensor / JsonDecodeBase64Object), or their error."""
+    kind = type(value)
+    if kind is dict:
+        if dtype != DT.DT_STRING:
+            raise _type_error(value, dtype)
+        if not is_b64(value):
+            raise errors.invalid_argument(f"JSON Value: {debug_string(value)} not formatted correctly for base64 "
+                                          "data")
+        try:
+            return base64.b64decode(value["b64"], validate=True)
+        except (binascii.Error, ValueError):
+            raise errors.invalid_argument("Unable to base64 decode") from None
+    if dtype in (DT.DT_FLOAT, DT.DT_DOUBLE):
+        if kind is int or kind is float:
+            return value
+    elif dtype in _INT_RANGES:
+        low, high = _INT_RANGES[dtype]
+        if kind is int and low <= value <= high:
+            return value
+    elif dtype == DT.DT_STRING:
+        if kind is str:
+            return value.encode("utf-8", "surrogatepass")
+    elif dtype == DT.DT_BOOL:
+        if kind is bool:
+            return value
+    else:
+        raise errors.ServingError("UNIMPLEMENTED", f"Conversion of JSON Value: {debug_string(value)} to type: "
+                                  f"{_type_name(dtype)}")
+    raise _type_error(value, dtype)
+
+
+def _dense_shape(value):
+    """GetDenseTensorShape: the sizes of the first elements' lists, down to the first non-list."""
+    shape = []
+    while type(value) is list:
+        shape.append(len(value))
+        if not value:
+            break
+        value = value[0]
+    return shape
+
+
+def _fill(value, shape, dtype, leaves):
+    """FillTensorProto: every value at the tensor's rank, every list of its level's size."""
+    rank, stack = len(shape), [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        if type(node) is not list:
+            if level != rank:
+                raise errors.invalid_argument(f"JSON Value: {debug_string(node)} found at incorrect level: "
+                                              f"{level + 1} in the JSON DOM. Expected at level: {rank}")
+            leaves.append(_leaf(node, dtype))
+            continue
+        if level >= rank:
+            raise errors.invalid_argument(f"Encountered list at unexpected level: {level} expected < {rank}")
+        if len(node) != shape[level]:
+            raise errors.invalid_argument(f"Encountered list at unexpected size: {len(node)} at level: {level} "
+                                          f"expected size: {shape[level]}")
+        stack.extend((child, level + 1) for child in reversed(node))
+
+
+def _array(leaves, shape, dtype):
+    np_dtype = numpy_dtype(dtype)
+    if dtype == DT.DT_STRING:
+        flat = np.empty(len(leaves), dtype=object)
+        flat[:] = leaves
+        return flat.reshape(shape)
+    if dtype in _INT_RANGES and dtype not in (DT.DT_INT64, DT.DT_UINT32, DT.DT_UINT64):
+        return np.array(leaves, dtype=np.int64).astype(np_dtype).reshape(shape)  # int_val, cast as TensorFlow does
+    return np.array(leaves, dtype=np_dtype).reshape(shape)
+
+
+def _shape_text(shape):
+    return "[" + ",".join(map(str, shape)) + "]"
+
+
+def _status_text(error):
+    return f"{error.code.name}: {error.message}"
+
+
+class _Instances:
+    """AddInstanceItem's state: each input's values, and the size and shape of its first instance."""
+
+    def __init__(self, infos):
+        self.infos, self.leaves, self.shapes, self.sizes = infos, {}, {}, {}
+
+    def add(self, item, name):
+        if name not in self.infos:
+            raise errors.invalid_argument(f"JSON object: does not have named input: {name}")
+        shape, leaves = _dense_shape(item), []
+        _fill(item, shape, self.infos[name].dtype, leaves)
+        self.leaves.setdefault(name, []).extend(leaves)
+        if name not in self.sizes:
+            self.sizes[name], self.shapes[name] = len(leaves), shape
+        elif self.sizes[name] != len(leaves):
+            raise errors.invalid_argument(f"Expecting tensor size: {self.sizes[name]} but got: {len(leaves)}")
+        elif self.shapes[name] != shape:
+            raise errors.invalid_argument(f"Expecting shape {_shape_text(self.shapes[name])} but got: "
+                                          f"{_shape_text(shape)}")
+
+
+def _from_instances(rows, infos):
+    names = sorted(infos)
+    if type(rows[0]) is not dict and len(infos) > 1:
+        raise errors.invalid_argument("instances is a plain list, but expecting list of objects as multiple input "
+                                      "tensors required as per tensorinfo_map")
+    objects, state = _is_element_object(rows[0]), _Instances(infos)
+    for index, row in enumerate(rows):
+        if objects:
+            if not _is_element_object(row):
+                raise errors.invalid_argument(f"Expecting object but got list at item {index} of input list")
+            for key, item in row.items():
+                try:
+                    state.add(item, key)
+                except errors.ServingError as error:
+                    raise errors.invalid_argument(f"Failed to process element: {index} key: {key} of 'instances' "
+                                                  f"list. Error: {_status_text(error)}") from None
+            if set(row) != set(names):
+                raise errors.invalid_argument(f"Failed to process element: {index} of 'instances' list. JSON object: "
+                                              f"{debug_string(row)} keys must be equal to: {','.join(names)}")
         else:
-            if len(names) != 1:
-                if not rows:  # an empty batch: every input empty
-                    columns = {name: [] for name in names}
-                else:
-                    raise errors.invalid_argument(
-                        f"the signature has {len(names)} inputs ({', '.join(names)}): each instance must be "
-                        "an object naming them")
-            else:
-                columns = {names[0]: rows}
-        arrays = {}
-        for name, value in columns.items():
-            arrays[name] = _column(value, specs[name], name)
-        if not rows and not arrays:
-            arrays = {name: _column([], specs[name], name) for name in names}
-        return arrays, True
+            if _is_element_object(row):
+                raise errors.invalid_argument(f"Expecting value/list but got object at item {index} of input list")
+            try:
+                state.add(row, names[0])
+            except errors.ServingError as error:
+                raise errors.invalid_argument(f"Failed to process element: {index} of 'instances' list. Error: "
+                                              f"{_status_text(error)}") from None
+    return {name: _array(state.leaves[name], [len(rows)] + state.shapes[name], infos[name].dtype)
+            for name in state.leaves}
+
+
+def _column(value, info):
+    shape, leaves = _dense_shape(value), []
+    _fill(value, shape, info.dtype, leaves)
+    return _array(leaves, shape, info.dtype)
+
+
+def parse_predict_body(body, signature, signature_name=""):
+    """A Predict body (a JSON object) -> ({alias: ndarray}, row_format) for this SignatureDef, with TensorFlow
+    Serving's rules and messages ("instances": a list of rows, "inputs": columns)."""
+    infos = signature.inputs
+    if not infos:
+        raise errors.invalid_argument(f"Failed to get input map for signature: {signature_name or 'DEFAULT'}")
+    if "instances" in body:
+        if "inputs" in body:
+            raise format_error(body, "Not formatted correctly expecting only one of 'inputs' or 'instances' keys "
+                               "to exist ")
+        rows = body["instances"]
+        if type(rows) is not list:
+            raise format_error(body, "Expecting 'instances' to be an list/array")
+        if not rows:
+            raise format_error(body, "No values in 'instances' array")
+        return _from_instances(rows, infos), True
+    if "inputs" not in body:
+        raise errors.invalid_argument("Missing 'inputs' or 'instances' key")
     value = body["inputs"]
-    if isinstance(value, dict) and not _is_b64(value):
-        arrays = {}
-        for name, column in value.items():
-            if name not in specs:
-                raise errors.invalid_argument(f"input {name!r} is not in the signature (inputs: {', '.join(names)})")
-            arrays[name] = _column(column, specs[name], name)
-        return arrays, False
-    if len(names) != 1:
-        raise errors.invalid_argument(f"the signature has {len(names)} inputs ({', '.join(names)}): 'inputs' "
-                                      "must be an object naming them")
-    return {names[0]: _column(value, specs[names[0]], names[0])}, False
-
-
-def _column(value, info, name):
-    array = json_to_ndarray(value, info.dtype, name)
-    if array.size == 0 and array.ndim == 1:  # [] -> [0, fixed dims...] from the signature's shape
-        shape = shape_of(info.tensor_shape)
-        if shape and len(shape) > 1:
-            array = array.reshape([0] + [max(s, 0) for s in shape[1:]])
-    return array
+    if not _is_element_object(value):
+        if len(infos) > 1:
+            raise errors.invalid_argument("inputs is a plain value/list, but expecting an object as multiple input "
+                                          "tensors required as per tensorinfo_map")
+        name = sorted(infos)[0]
+        return {name: _column(value, infos[name])}, False
+    arrays = {}
+    for name in sorted(infos):
+        if name not in value:
+            raise errors.invalid_argument(f"Missing named input: {name} in 'inputs' object.")
+        arrays[name] = _column(value[name], infos[name])
+    return arrays, False
 
 
 def format_outputs(outputs, row_format):
@@ -122,25 +271,3 @@ def format_outputs(outputs, row_format):
         (alias, value), = outputs.items()
         return {"outputs": ndarray_to_json(value, alias)}
     return {"outputs": {alias: ndarray_to_json(value, alias) for alias, value in outputs.items()}}
-
-
-def load_json(body):
-    """A request body -> its JSON value; INVALID_ARGUMENT "JSON Parse error: ..." for anything that is not JSON
-    nested at most MAX_JSON_DEPTH deep (never a RecursionError)."""
-    too_deep = f"JSON Parse error: arrays and objects nested more than {MAX_JSON_DEPTH} deep"
-    try:
-        value = json.loads(body)
-    except RecursionError:
-        raise errors.invalid_argument(too_deep) from None
-    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
-        raise errors.invalid_argument(f"JSON Parse error: {error}") from None
-    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH:  # only then can it nest that deep
-        stack = [(value, 1)]
-        while stack:
-            node, depth = stack.pop()
-            if depth > MAX_JSON_DEPTH:
-                raise errors.invalid_argument(too_deep)
-            for child in node.values() if type(node) is dict else node:
-                if type(child) is list or type(child) is dict:
-                    stack.append((child, depth + 1))
-    return value
