@@ -161,8 +161,8 @@ def test_signature_parameter(server, clients):
     with pytest.raises(InferenceServerException) as error:
         grpc.infer("cls", [text_input(grpcclient, TEXTS[:2])], parameters={"signature_name": "nope"})
     check("gRPC unknown signature_name", (error.value.status(), error.value.message()),
-          "FAILED_PRECONDITION naming the signature (TensorFlow Serving's Predict: the same)",
-          "FAILED_PRECONDITION" in str(error.value.status())
+          "INVALID_ARGUMENT naming the signature (TensorFlow Serving's REST Predict: the same)",
+          "INVALID_ARGUMENT" in str(error.value.status())
           and "nope" in error.value.message())
 
 
