@@ -20,6 +20,8 @@ from google.protobuf import text_format
 from xlnet_tf import files
 from xlnet_tf.errors import UserError
 
+from .request_log import logging_from_proto
+
 
 def read_config_file(path, flag):
     """The text of a configuration file: a local path or a URL (gs://...), read through `xlnet_tf.files` as
@@ -193,6 +195,7 @@ class ModelEntry:
     num_versions: int = 1  # latest
     versions: tuple = ()  # specific
     labels: tuple = ()  # ((label, version), ...)
+    logging: object = None  # request_log.LoggingSettings of its logging_config; None: not logged
 
     def aspired(self, on_disk):
         """Which of the versions found on disk (an iterable of ints) should be loaded."""
@@ -245,7 +248,8 @@ def model_entries_from_proto(message, where="model config"):
             if not versions:
                 raise UserError(f"{label} ({config.name}): 'specific' policy needs at least one version")
         labels = tuple(sorted((str(k), int(v)) for k, v in config.version_labels.items()))
-        entries.append(ModelEntry(config.name, config.base_path, kind, num_versions, versions, labels))
+        logging = logging_from_proto(config, f"{label} ({config.name})")
+        entries.append(ModelEntry(config.name, config.base_path, kind, num_versions, versions, labels, logging))
     if not entries:
         raise UserError(f"{where}: no models in model_config_list")
     return entries

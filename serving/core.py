@@ -11,18 +11,26 @@ class ServerCore:
     """Predict, Classify / Regress / MultiInference, metadata and status over a ModelManager, with optional
     server-side batching (for every call that runs a signature). Calls that run a signature take a
     `deadline` (a deadline.Deadline): a request whose deadline has passed is not run, a batched one stops
-    waiting at it, and a long run is abandoned between its pieces (Servable.run); DEADLINE_EXCEEDED."""
+    waiting at it, and a long run is abandoned between its pieces (Servable.run); DEADLINE_EXCEEDED.
+    `request_log`: a request_log.RequestLogger, to which the front ends hand their successful requests (`log`)."""
 
-    def __init__(self, manager, scheduler=None, metrics=None, options=None):
+    def __init__(self, manager, scheduler=None, metrics=None, options=None, request_log=None):
         self.manager = manager
         self.scheduler = scheduler
         self.metrics = metrics  # monitoring.Metrics, counted by the front ends (None: not monitored)
         self.options = options
+        self.request_log = request_log
 
     def count(self, model_name, api, entrypoint, status, seconds):
         """A finished request, for monitoring."""
         if self.metrics is not None:
             self.metrics.request(model_name, api, entrypoint, status, seconds)
+
+    def log(self, model_name, version, signature_name, prediction_log):
+        """A successful request, for the request logs: RequestLogger.log (a PredictionLog, or a function building
+        it, called only when the request is sampled); nothing without a logger."""
+        if self.request_log is not None:
+            self.request_log.log(model_name, version, signature_name, prediction_log)
 
     def predict(self, model_name, version, label, signature_name, arrays, output_filter=(), deadline=NONE):
         """-> (version served, signature name, {output alias: ndarray}).
@@ -109,6 +117,8 @@ class ServerCore:
         """Serves the models of `entries` (ModelEntry list) from now on (HandleReloadConfigRequest, and the
         model config file's poller); FAILED_PRECONDITION for a version label on a version not available."""
         self.manager.reload(entries)
+        if self.request_log is not None:
+            self.request_log.update(entries)
 
     def status(self, model_name, version=None, label=None):
         """[(version, state, error or None)]; NOT_FOUND in TensorFlow Serving's words (get_model_status_impl.cc)."""

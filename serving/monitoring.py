@@ -12,6 +12,8 @@ Metric names are TensorFlow Serving's:
 * `:tensorflow:serving:request_latency` (histogram, microseconds; labels model_name, API, entrypoint).
 * `:tensorflow:serving:batching_session:processed_batch_size` (histogram; no labels): the rows of each batch
   the batch scheduler runs.
+* `:tensorflow:serving:request_log_count` (counter; labels model_name, status_code): request-log records
+  (request_log.py), OK once written, any other code when dropped (RESOURCE_EXHAUSTED: the queue was full, ...).
 * `:tensorflow:cc:saved_model:load_attempt_count` (counter; labels model_path, status) and
   `:tensorflow:cc:saved_model:load_latency` (counter of microseconds; label model_path): model loads.
 
@@ -29,6 +31,7 @@ DEFAULT_PATH = "/monitoring/prometheus/metrics"
 REQUEST_COUNT = ":tensorflow:serving:request_count"
 REQUEST_LATENCY = ":tensorflow:serving:request_latency"
 BATCH_SIZE = ":tensorflow:serving:batching_session:processed_batch_size"
+REQUEST_LOG_COUNT = ":tensorflow:serving:request_log_count"
 LOAD_COUNT = ":tensorflow:cc:saved_model:load_attempt_count"
 LOAD_LATENCY = ":tensorflow:cc:saved_model:load_latency"
 # TensorFlow Serving's request latency buckets: 10 us * 1.8^k, k = 0..32 (about 10 us to 1.5e9 us).
@@ -38,6 +41,8 @@ HELP = {
     REQUEST_COUNT: "The total number of requests.",
     REQUEST_LATENCY: "Distribution of wall time (in microseconds) for requests.",
     BATCH_SIZE: "Tracks the batch size distribution on processing.",
+    REQUEST_LOG_COUNT: "The total number of requests logged from the model server sliced down by model_name and "
+                       "status code.",
     LOAD_COUNT: "The number of times a SavedModel was requested to be loaded.",
     LOAD_LATENCY: "Latency in microseconds for SavedModels that were successfully loaded.",
 }
@@ -117,9 +122,10 @@ class Metrics:
 
     LABELS = {REQUEST_COUNT: ("model_name", "API", "entrypoint", "status"),
               REQUEST_LATENCY: ("model_name", "API", "entrypoint"), BATCH_SIZE: (),
-              LOAD_COUNT: ("model_path", "status"), LOAD_LATENCY: ("model_path",)}
+              LOAD_COUNT: ("model_path", "status"), LOAD_LATENCY: ("model_path",),
+              REQUEST_LOG_COUNT: ("model_name", "status_code")}
     KINDS = {REQUEST_COUNT: "counter", REQUEST_LATENCY: "histogram", BATCH_SIZE: "histogram",
-             LOAD_COUNT: "counter", LOAD_LATENCY: "counter"}
+             LOAD_COUNT: "counter", LOAD_LATENCY: "counter", REQUEST_LOG_COUNT: "counter"}
     BUCKETS = {REQUEST_LATENCY: LATENCY_BUCKETS_US, BATCH_SIZE: BATCH_BUCKETS}
 
     def __init__(self):
@@ -141,6 +147,10 @@ class Metrics:
 
     def batch(self, rows):
         self._add(BATCH_SIZE, (), rows)
+
+    def request_log(self, model_name, status_code, records=1):
+        """Request-log records: `status_code` "OK" written, another code dropped."""
+        self._add(REQUEST_LOG_COUNT, (model_name, status_code), records)
 
     def load(self, model_path, ok, seconds):
         self._add(LOAD_COUNT, (model_path, "success" if ok else "fail"), 1)

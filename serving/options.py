@@ -76,6 +76,9 @@ class ServerOptions:
     Responses: `tensor_content` (Predict's numeric outputs packed, TensorFlow Serving's
     --enable_serialization_as_tensor_content; default the typed fields), `monitoring_path` (Prometheus
     metrics on the REST port at this path; None: off; set from `monitoring_config_file`).
+
+    Request logs (models with a `logging_config`): `request_log_max_file_bytes`, `request_log_max_file_seconds`
+    (file rotation), `request_log_queue_size` / `request_log_queue_bytes` (what may wait for the writer).
     """
 
     host: str = "127.0.0.1"
@@ -121,6 +124,12 @@ class ServerOptions:
     tensorflow_session_parallelism: int = 0
     tensorflow_intra_op_parallelism: int = 0
     tensorflow_inter_op_parallelism: int = 0
+    # Request logs (a model's logging_config, serving/request_log.py): a file is closed and the next begun past
+    # this size or age; the queue between requests and the writer holds at most this many records and bytes.
+    request_log_max_file_bytes: int = 128 << 20
+    request_log_max_file_seconds: float = 600.0
+    request_log_queue_size: int = 1024
+    request_log_queue_bytes: int = 256 << 20
 
     def replace(self, **changes) -> "ServerOptions":
         return dataclasses.replace(self, **changes)

@@ -20,6 +20,7 @@ from .health import add_health_service
 from .manager import ModelManager
 from .monitoring import Metrics, load_monitoring_config
 from .options import ServerOptions, batching_grpc_threads, default_grpc_max_threads, with_session_parallelism
+from .request_log import RequestLogger
 from .rest_api import RestServer
 from .security import server_credentials
 from .v2_grpc import add_inference_service
@@ -40,7 +41,8 @@ class ModelServer:
 
     Attributes once started: `port` and `rest_api_port` (the bound ports; None when REST is off),
     `grpc_target` ("host:port"), `rest_url` ("http://host:port"), `manager` (models and versions, with an
-    event log in `manager.events`), `scheduler` (None without batching; counters in `batch_stats()`).
+    event log in `manager.events`), `scheduler` (None without batching; counters in `batch_stats()`),
+    `request_log` (the RequestLogger of the models' logging_config: request_log.py; stopped after the front ends).
     """
 
     def __init__(self, entries, options=None, **changes):
@@ -55,6 +57,7 @@ class ModelServer:
         if options.monitoring_path and options.rest_api_port is None:
             raise UserError("monitoring (a Prometheus endpoint) needs the REST port: --rest-api-port must not be -1")
         self.manager = ModelManager(self.entries, options, metrics=self.metrics)
+        self.request_log = None
         self.scheduler = None
         self.core = None
         self.port = None
@@ -86,7 +89,8 @@ class ModelServer:
         self.manager.start()
         if options.batching is not None:
             self.scheduler = BatchScheduler(options.batching, self.metrics)
-        self.core = ServerCore(self.manager, self.scheduler, self.metrics, options)
+        self.request_log = RequestLogger(options, self.metrics, self.entries)
+        self.core = ServerCore(self.manager, self.scheduler, self.metrics, options, self.request_log)
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=options.grpc_max_threads, thread_name_prefix="grpc"),
             options=grpc_server_arguments(options), maximum_concurrent_rpcs=options.grpc_max_threads)
@@ -140,6 +144,8 @@ class ModelServer:
             self._grpc.stop(None)
         if self.scheduler is not None:
             self.scheduler.stop()
+        if self.request_log is not None:
+            self.request_log.stop(self.options.drain_timeout)
         self.manager.stop()
         self._stopped.set()
 
@@ -166,6 +172,8 @@ class ModelServer:
             running = self.manager.inflight()
             if running:
                 log.warning("grace period of %.1fs over: %d requests still running were cancelled", grace, running)
+            if self.request_log is not None:
+                self.request_log.stop(self.options.drain_timeout)  # what the front ends accepted is queued by now
             if self.scheduler is not None:
                 self.scheduler.stop()
             self.manager.stop()
@@ -313,5 +321,9 @@ def check_options(options):
         raise UserError(f"the REST port must differ from the gRPC port ({options.port}), as in TensorFlow Serving")
     if options.port is None and not options.grpc_socket_path:
         raise UserError("no gRPC listener: give a port or a grpc_socket_path")
+    for name in ("request_log_max_file_bytes", "request_log_max_file_seconds", "request_log_queue_size",
+                 "request_log_queue_bytes"):
+        if getattr(options, name) <= 0:
+            raise UserError(f"{name} must be positive, got {getattr(options, name)}")
     if options.rest_api_timeout_in_ms <= 0:
         raise UserError(f"rest_api_timeout_in_ms must be positive, got {options.rest_api_timeout_in_ms}")
