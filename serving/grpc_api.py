@@ -1,6 +1,7 @@
 """TensorFlow Serving's gRPC API on grpcio: PredictionService (Predict, Classify, Regress, MultiInference,
 GetModelMetadata), ModelService (GetModelStatus, HandleReloadConfigRequest), with tensorflow-serving-api's
-generated servicer bases."""
+generated servicer bases. A successful Predict / Classify / Regress / MultiInference is handed to the request logs
+(ServerCore.log) as its request and response."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from . import errors, inference
 from .deadline import Deadline
 from .methods import (CLASSIFY_METHOD, DEFAULT_SIGNATURE, EXPORT_METADATA_FIELD, EXPORT_METADATA_FILE,
                       REGRESS_METHOD, SIGNATURE_DEF_FIELD)
+from .request_log import prediction_log
 from .status import status_response
 from .tensors import from_ndarray, to_ndarray
 
@@ -87,11 +89,12 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             response.model_spec.signature_name = signature
             for alias, value in outputs.items():
                 response.outputs[alias].CopyFrom(from_ndarray(value, tensor_content=self.tensor_content))
+            self.core.log(name, served, signature, lambda: prediction_log("predict_log", request, response))
             return response
 
         return answered(self.core, context, "predict", request.model_spec.name, run)
 
-    def _infer(self, request, context, method, response):
+    def _infer(self, request, context, method, response, kind):
         """Classify / Regress: one task on the request's Examples; the response's model_spec names the version
         and signature that answered."""
         if not request.HasField("model_spec"):
@@ -104,15 +107,16 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         response.model_spec.version.value = served
         response.model_spec.signature_name = signature
         response.result.CopyFrom(result)
+        self.core.log(name, served, signature, lambda: prediction_log(kind, request, response))
         return response
 
     def Classify(self, request, context):
         return answered(self.core, context, "classify", request.model_spec.name, lambda: self._infer(
-            request, context, CLASSIFY_METHOD, classification_pb2.ClassificationResponse()))
+            request, context, CLASSIFY_METHOD, classification_pb2.ClassificationResponse(), "classify_log"))
 
     def Regress(self, request, context):
         return answered(self.core, context, "regress", request.model_spec.name, lambda: self._infer(
-            request, context, REGRESS_METHOD, regression_pb2.RegressionResponse()))
+            request, context, REGRESS_METHOD, regression_pb2.RegressionResponse(), "regress_log"))
 
     def MultiInference(self, request, context):
         def run():
@@ -129,6 +133,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                 entry.model_spec.signature_name = signature or DEFAULT_SIGNATURE
                 target = entry.classification_result if method == CLASSIFY_METHOD else entry.regression_result
                 target.CopyFrom(result)
+            # several signatures ran: the logged model spec names none (the request's tasks do)
+            self.core.log(name, served, "", lambda: prediction_log("multi_inference_log", request, response))
             return response
 
         model_name = request.tasks[0].model_spec.name if request.tasks else ""

@@ -27,6 +27,10 @@ a version beyond int64 "Failed to convert version: V to numeric.". NAME and LABE
 (`%20` is a space, `+` stays '+', a '%' not followed by two hex digits stays as it is) and must be UTF-8.
 The query string is ignored (TensorFlow Serving would match the regex against it too and answer 400).
 
+A successful predict / classify / regress is handed to the request logs (ServerCore.log) as the gRPC request and
+response TensorFlow Serving converts it to (request_log.rest_predict_log / rest_infer_log, built only when
+sampled).
+
 Classify and Regress look the model up before they parse the body (the examples are a function for
 `core.infer`): an unknown model is 404 whatever the body, as over gRPC. Predict parses the JSON first, as
 TensorFlow Serving does, and builds its tensors once the model's signature is known.
@@ -48,8 +52,9 @@ import urllib.parse
 
 from . import errors, inference, v2_rest
 from .http_messages import Answer
-from .methods import CLASSIFY_METHOD, REGRESS_METHOD
 from .json_reader import MAX_JSON_DEPTH
+from .methods import CLASSIFY_METHOD, REGRESS_METHOD
+from .request_log import rest_infer_log, rest_predict_log
 from .rest_json import format_outputs, message_to_dict, parse_predict_body, request_object, signature_name_of
 from .status import status_response
 
@@ -192,11 +197,17 @@ class RestHandler:
         layout = {}
 
         def build(signature):
-            arrays, layout["rows"] = parse_predict_body(body, signature, signature_name)
-            return arrays
+            layout["arrays"], layout["rows"] = parse_predict_body(body, signature, signature_name)
+            return layout["arrays"]
 
-        _, _, outputs = self.core.predict(name, version, label, signature_name, build, deadline=request.deadline)
-        return format_outputs(outputs, layout["rows"])
+        served, signature, outputs = self.core.predict(name, version, label, signature_name, build,
+                                                       deadline=request.deadline)
+        answer = format_outputs(outputs, layout["rows"])
+        tensor_content = self.core.options is not None and self.core.options.tensor_content
+        self.core.log(name, served, signature, lambda: rest_predict_log(
+            name, version, label, body.get("signature_name", ""), layout["arrays"], served, signature, outputs,
+            tensor_content))
+        return answer
 
     def _infer(self, request, name, version, label, verb):
         method = CLASSIFY_METHOD if verb == "classify" else REGRESS_METHOD
@@ -209,9 +220,13 @@ class RestHandler:
         def examples():  # called once the model is found: an unknown model is NOT_FOUND whatever the body
             if failure is not None:
                 raise failure
-            _, input_proto = inference.input_from_json(body)
-            return inference.serialized_examples(input_proto)
+            _, parsed["input"] = inference.input_from_json(body)
+            return inference.serialized_examples(parsed["input"])
 
-        _, [(_, result)] = self.core.infer(name, version, label, [(method, signature_name)], examples,
-                                           deadline=request.deadline, input_first=True)
-        return {"results": inference.result_to_json(method, result)}
+        parsed = {}
+        served, [(signature, result)] = self.core.infer(name, version, label, [(method, signature_name)], examples,
+                                                        deadline=request.deadline, input_first=True)
+        answer = {"results": inference.result_to_json(method, result)}
+        self.core.log(name, served, signature, lambda: rest_infer_log(
+            verb, name, version, label, signature_name, parsed["input"], served, signature, result))
+        return answer
