@@ -264,6 +264,10 @@ def add_serve_arguments(parser):
                         help="MonitoringConfig text proto (TensorFlow Serving's); prometheus_config { enable: true } "
                              "serves Prometheus metrics on the REST port at its path (default "
                              "/monitoring/prometheus/metrics)")
+    parser.add_argument("--request-log-max-file-bytes", type=_size, default=None, help="request logs (a model's "
+                        "logging_config): a file is closed and the next begun past this size (default 128MB)")
+    parser.add_argument("--request-log-max-file-seconds", type=float, default=None, help="request logs: a file is "
+                        "closed and the next begun once it is this many seconds old, idle or not (default 600)")
     tf_serving = parser.add_argument_group(
         "tensorflow_model_server's flags", "TensorFlow Serving's spellings, meanings and defaults "
         "(--flag=value or --flag value; booleans as =true|false); see serving/README.md")
@@ -291,6 +295,8 @@ OUR_FLAGS = (
     ("enable_reload_config", _set("enable_reload_config"), False),
     ("tensor_content_ours", _set("tensor_content"), False),
     ("monitoring_config_file", _set("monitoring_config_file"), False),
+    ("request_log_max_file_bytes", _set("request_log_max_file_bytes"), False),
+    ("request_log_max_file_seconds", _set("request_log_max_file_seconds"), False),
     ("rest_api_port", _set("rest_api_port", lambda port: None if port < 0 else port), True),  # -1: no REST
     ("no_warmup", _turn_off("enable_warmup"), True), ("allow_non_utf8", _turn_off("validate_utf8"), True),
 )
