@@ -128,7 +128,8 @@ def _model_spec(spec, name, version, label, signature_name):
 def rest_predict_log(name, version, label, signature_name, arrays, served, signature, outputs,
                      tensor_content=False):
     """A REST predict as TensorFlow Serving runs it: the PredictRequest of the tensors it ran (the path's model,
-    version or label, the body's signature_name) and the PredictResponse of its outputs."""
+    version or label, the body's signature_name) and the PredictResponse of its outputs. The Open Inference
+    Protocol's infer calls (REST and gRPC) are logged the same way."""
     from tensorflow_serving.apis import predict_pb2
 
     from .tensors import from_ndarray

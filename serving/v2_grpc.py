@@ -17,6 +17,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from . import errors, v2_tensors
 from .grpc_api import answered, client_deadline
+from .request_log import rest_predict_log
 from .v2_rest import model_metadata, model_ready, server_ready
 
 
@@ -99,11 +100,18 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                 raise errors.invalid_argument("ModelInferRequest names no model (model_name)")
             if not request.inputs:
                 raise errors.invalid_argument("ModelInferRequest has no inputs")
-            signature = v2_tensors.signature_name(_parameters(request.parameters))
-            output_filter = tuple(output.name for output in request.outputs)
-            served, _, outputs = self.core.predict(
-                request.model_name, _version(request.model_version), None, signature,
-                lambda found: _input_arrays(request, found.inputs), output_filter, client_deadline(context))
+            requested = v2_tensors.signature_name(_parameters(request.parameters))
+            output_filter, ran = tuple(output.name for output in request.outputs), {}
+
+            def build(found):
+                ran["arrays"] = _input_arrays(request, found.inputs)
+                return ran["arrays"]
+
+            version = _version(request.model_version)
+            served, signature, outputs = self.core.predict(request.model_name, version, None, requested, build,
+                                                           output_filter, client_deadline(context))
+            self.core.log(request.model_name, served, signature, lambda: rest_predict_log(
+                request.model_name, version, None, requested, ran["arrays"], served, signature, outputs))
             response = service_pb2.ModelInferResponse(model_name=request.model_name, model_version=str(served),
                                                       id=request.id)
             raw = bool(request.raw_input_contents)

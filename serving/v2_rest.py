@@ -28,6 +28,7 @@ import re
 from . import errors, v2_tensors
 from .http_messages import Answer
 from .manager import AVAILABLE
+from .request_log import rest_predict_log
 from .methods import DEFAULT_SIGNATURE
 from .rest_json import load_json
 
@@ -142,11 +143,15 @@ class V2RestApi:
             raise errors.invalid_argument("'id' must be a string")
 
         def build(signature):
-            return _input_arrays(inputs, raw, signature.inputs)
+            ran["arrays"] = _input_arrays(inputs, raw, signature.inputs)
+            return ran["arrays"]
 
-        output_filter = tuple(o["name"] for o in requested) if requested else ()
-        served, _, outputs = self.core.predict(name, version, None, v2_tensors.signature_name(parameters), build,
-                                               output_filter, deadline=request.deadline)
+        ran, output_filter = {}, tuple(o["name"] for o in requested) if requested else ()
+        requested_signature = v2_tensors.signature_name(parameters)
+        served, signature, outputs = self.core.predict(name, version, None, requested_signature, build,
+                                                       output_filter, deadline=request.deadline)
+        self.core.log(name, served, signature, lambda: rest_predict_log(
+            name, version, None, requested_signature, ran["arrays"], served, signature, outputs))
         binary_all = parameters.get("binary_data_output") is True
         binary = {o["name"] for o in requested or () if (o.get("parameters") or {}).get("binary_data") is True}
         answer, chunks = {"model_name": name, "model_version": str(served), "outputs": []}, []

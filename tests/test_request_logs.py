@@ -159,7 +159,7 @@ def _text_of(tensor):
 
 def test_every_request_logged_once_as_sent_and_answered(shared):
     """Rate 1.0: a mixed run (gRPC Predict, Classify, Regress, MultiInference; REST predict row and columnar,
-    classify, regress) gives exactly one record per request, whose request and response are what the client sent
+    classify, regress; the Open Inference Protocol's infer over REST and gRPC) gives exactly one record per request, whose request and response are what the client sent
     and got (gRPC: the protos themselves; REST: the tensors run and the outputs answered), with log_metadata."""
     from tensorflow_serving.apis import inference_pb2
 
@@ -192,6 +192,19 @@ def test_every_request_logged_once_as_sent_and_answered(shared):
     for verb, body in rest:
         sent.append((f"{verb}_log", body.get("signature_name", "serving_default"), body,
                      _rest(server, "clf", verb, body)))
+    # The Open Inference Protocol's infer, over REST (JSON tensors) and gRPC (tritonclient, raw tensors).
+    import tritonclient.grpc as grpcclient
+
+    v2_body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [2], "data": ["v2 rest", "again"]}]}
+    v2_request = urllib.request.Request(f"{server.rest_url}/v2/models/clf/infer", data=json.dumps(v2_body).encode(),
+                                        method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(v2_request, timeout=30) as response:
+        sent.append(("predict_log", "serving_default", v2_body, json.loads(response.read())))
+    triton = grpcclient.InferenceServerClient(server.grpc_target)
+    v2_text = grpcclient.InferInput("text", [1], "BYTES")
+    v2_text.set_data_from_numpy(np.array([b"v2 grpc"], dtype=np.object_))
+    sent.append(("predict_log", "serving_default", ["v2 grpc"], triton.infer("clf", [v2_text])))
+    triton.close()
     written, dropped = _wait_counted(server, "clf", len(sent))
     assert server.request_log.settle(SETTLE_S)
     paths, logs = _records(shared.prefix["clf"])
@@ -209,7 +222,7 @@ def test_every_request_logged_once_as_sent_and_answered(shared):
                   for log, (kind, _, request, response) in zip(logs[:4], sent[:4])]
     check("gRPC records: request and response equal the client's protos", grpc_equal, "all True", all(grpc_equal))
 
-    rows, columns, classified, regressed = logs[4:]
+    rows, columns, classified, regressed, v2_rest, v2_grpc = logs[4:]
     logged_in = _text_of(rows.predict_log.request.inputs["text"])
     outputs = {alias: to_ndarray(t) for alias, t in rows.predict_log.response.outputs.items()}
     answer = sent[4][3]["predictions"]
@@ -239,6 +252,15 @@ def test_every_request_logged_once_as_sent_and_answered(shared):
              for e in regressed.regress_log.request.input.example_list.examples]
     same = texts == ["rest regress", "x"] and np.allclose(values, sent[7][3]["results"], atol=1e-6)
     check("REST regress record: Examples sent, values answered", (texts, values), sent[7][3]["results"], same)
+    answered = {o["name"]: o["data"] for o in sent[8][3]["outputs"]}
+    logged_in = _text_of(v2_rest.predict_log.request.inputs["text"])
+    probabilities = to_ndarray(v2_rest.predict_log.response.outputs["probabilities"]).reshape(-1)
+    same = logged_in == ["v2 rest", "again"] and np.allclose(probabilities, answered["probabilities"], atol=1e-6)
+    check("v2 REST infer record: tensors sent, outputs answered", logged_in, "the request's data", same)
+    logged_in = _text_of(v2_grpc.predict_log.request.inputs["text"])
+    probabilities = to_ndarray(v2_grpc.predict_log.response.outputs["probabilities"])
+    same = logged_in == ["v2 grpc"] and np.allclose(probabilities, sent[9][3].as_numpy("probabilities"), atol=1e-6)
+    check("v2 gRPC infer record: tensors sent, outputs answered", logged_in, "the request's data", same)
 
 
 def test_sampling_rate_a_quarter(shared):
