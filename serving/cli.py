@@ -21,6 +21,7 @@ import threading
 
 from xlnet_tf.errors import UserError
 
+from .environment import apply_environment
 from .options import ServerOptions, tf_serving_grpc_max_threads, with_session_parallelism
 
 
@@ -309,7 +310,8 @@ def server_options(args, environ=None) -> ServerOptions:
     interface (0.0.0.0), no REST unless --rest_api_port, --grpc_max_threads 4 x CPUs, --port=0 meaning no gRPC
     port, and --model_config_file winning over --model_base_path. With no model flag, $MODEL_NAME (default
     "model") under $MODEL_BASE_PATH (default /models) is served when either is set, as TensorFlow Serving's
-    Docker image does (it passes --port=8500 --rest_api_port=8501 too).
+    Docker image does (it passes --port=8500 --rest_api_port=8501 too); Vertex AI's $AIP_* variables set the
+    model, the REST port and two routes (environment.py).
     """
     environ = os.environ if environ is None else environ
     given = {name: getattr(args, f"tfs_{name}") for name in _TF_FLAGS if getattr(args, f"tfs_{name}", None) is not None}
@@ -334,11 +336,7 @@ def server_options(args, environ=None) -> ServerOptions:
         if last:
             apply(value, options)
     options = with_session_parallelism(options)
-    if not options.model_config_file and not options.model_base_path \
-            and ("MODEL_NAME" in environ or "MODEL_BASE_PATH" in environ):
-        name = environ.get("MODEL_NAME") or "model"
-        options.model_name = options.model_name or name
-        options.model_base_path = (environ.get("MODEL_BASE_PATH") or "/models").rstrip("/") + "/" + name
+    apply_environment(options, environ)  # TensorFlow Serving's Docker image's variables, or Vertex AI's
     if options.model_config_file and tf_style:  # ignored when --model_config_file is set, as there
         options.model_base_path = options.model_name = None
     if options.port is None and not options.grpc_socket_path:

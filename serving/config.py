@@ -196,6 +196,7 @@ class ModelEntry:
     versions: tuple = ()  # specific
     labels: tuple = ()  # ((label, version), ...)
     logging: object = None  # request_log.LoggingSettings of its logging_config; None: not logged
+    saved_model_at_base: bool = False  # a SavedModel at base_path itself is version 1 (Vertex AI's artefacts)
 
     def aspired(self, on_disk):
         """Which of the versions found on disk (an iterable of ints) should be loaded."""

@@ -242,7 +242,10 @@ class ServedModel:
 
     def reconcile(self):
         """One poll: load new aspired versions (with warmup), then unload those no longer aspired."""
-        on_disk = list_versions(self.entry.base_path, self.complete)
+        if self.entry.saved_model_at_base and is_complete(self.entry.base_path):
+            on_disk = {1: self.entry.base_path}
+        else:
+            on_disk = list_versions(self.entry.base_path, self.complete)
         if not on_disk:
             if not self.versions:
                 self.manager.note_once(self.name, self._waiting())

@@ -79,6 +79,8 @@ class ServerOptions:
 
     Request logs (models with a `logging_config`): `request_log_max_file_bytes`, `request_log_max_file_seconds`
     (file rotation), `request_log_queue_size` / `request_log_queue_bytes` (what may wait for the writer).
+
+    Vertex AI: `vertex` (environment.VertexRoutes from the $AIP_* variables: its health and predict routes).
     """
 
     host: str = "127.0.0.1"
@@ -111,6 +113,7 @@ class ServerOptions:
     mixed_precision: str = ""
     tensor_content: bool = False
     monitoring_path: str | None = None
+    vertex: object = None  # environment.VertexRoutes: Vertex AI's health and predict routes on the REST port
     # The models and the files read when the server is built (serve()'s own arguments); added last, so that
     # the fields above keep their positions.
     model_base_path: str | None = None  # a directory of integer version directories, local or a URL (gs://...)

@@ -127,12 +127,15 @@ class RestHandler:
     def __init__(self, core, options):
         self.core = core
         self.v2 = v2_rest.V2RestApi(core, v2_rest.SERVER_NAME, v2_rest.server_version())
+        self.vertex = options.vertex  # environment.VertexRoutes, or None
         self.monitoring_path = options.monitoring_path
         self.cors_headers = CORS_HEADERS if options.rest_api_enable_cors_support else ()
 
     def count(self, request, answer, seconds):
         """An answer to a complete request, counted by model and API when it is an API request."""
-        if _V1.fullmatch(request.path):
+        if self._vertex_route(request.path):
+            labels = (self.vertex.model_name, "predict") if request.path == self.vertex.predict_route else None
+        elif _V1.fullmatch(request.path):
             labels = _metric_labels(request.method, request.path)
         else:
             labels = v2_rest.metric_labels(request.method, request.path) if v2_rest.is_v2(request.path) else None
@@ -146,6 +149,8 @@ class RestHandler:
             metrics = self.core.metrics.exposition() if self.core.metrics is not None else ""
             return Answer(200, metrics.encode("utf-8"), "text/plain; version=0.0.4; charset=utf-8", code=None,
                           cors=False)
+        if self._vertex_route(path):
+            return self._vertex(request)
         v2 = v2_rest.is_v2(path)
         if not v2 and not _V1.fullmatch(path):
             return Answer.json(404, {"error": f"Not found: {method} {path}"}, code=None, cors=False)
@@ -191,8 +196,39 @@ class RestHandler:
                     "metadata": {"signature_def": {"signature_def": signature_defs}}}
         return message_to_dict(status_response(core, name, version, label))
 
-    def _predict(self, request, name, version, label):
-        body = request_object(request.body)
+    def _vertex_route(self, path):
+        return self.vertex is not None and path in (self.vertex.health_route, self.vertex.predict_route)
+
+    def _vertex(self, request):
+        """Vertex AI's health route (200 once the model has a version available, else 503) and predict route
+        ({"instances", "parameters"?} -> {"predictions"}: TensorFlow Serving's row format)."""
+        name, method = self.vertex.model_name, request.method
+        try:
+            if request.path == self.vertex.health_route:
+                if method != "GET":
+                    raise errors.ServingError("UNIMPLEMENTED", f"{request.path} answers GET, not {method}")
+                if v2_rest.model_ready(self.core, name):
+                    return Answer.json(200, {})
+                return Answer.error(errors.ServingError("UNAVAILABLE", f"model {name} has no version loaded yet"))
+            if method != "POST":
+                raise errors.ServingError("UNIMPLEMENTED", f"{request.path} answers POST, not {method}")
+            payload = request_object(request.body)
+            parameters = payload.get("parameters") or {}
+            if not isinstance(parameters, dict):
+                raise errors.invalid_argument("'parameters' must be an object")
+            body = {"instances": payload.get("instances")}
+            if "signature_name" in parameters:
+                body["signature_name"] = parameters["signature_name"]
+            return Answer.json(200, self._predict(request, name, None, None, body))
+        except errors.ServingError as error:
+            return Answer.error(error)
+        except Exception as error:  # noqa: BLE001
+            log.exception("REST %s %s failed", method, request.target)
+            return Answer.error(errors.ServingError("INTERNAL", f"{type(error).__name__}: {error}"))
+
+    def _predict(self, request, name, version, label, body=None):
+        """A predict request (its body parsed here unless given) -> TensorFlow Serving's JSON answer."""
+        body = request_object(request.body) if body is None else body
         signature_name = signature_name_of(body)
         layout = {}
 

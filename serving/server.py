@@ -271,7 +271,8 @@ def serve_with(options) -> ModelServer:
     elif options.model_base_path:
         base = os.fspath(options.model_base_path)
         name = options.model_name or files.basename(base if files.is_remote(base) else os.path.normpath(base))
-        entries = [ModelEntry(name=name, base_path=base)]
+        # Vertex AI's $AIP_STORAGE_URI may be a SavedModel itself: then it is version 1.
+        entries = [ModelEntry(name=name, base_path=base, saved_model_at_base=options.vertex is not None)]
     else:
         raise UserError("nothing to serve: give --model-base-path (with --model-name) or --model-config-file")
     if options.batching_parameters_file and not options.enable_batching:

@@ -244,3 +244,116 @@ def test_v2_requests_counted_in_the_metrics(tmp_path_factory, server):
                      if line.startswith(":tensorflow:serving:request_count{") and "v2_infer" in line)
     check("request_count lines of v2_infer", counted, "one REST and one GRPC, status OK",
           len(counted) == 2 and any("REST" in c for c in counted) and any("GRPC" in c for c in counted))
+
+
+# --- Vertex AI's custom-container contract ------------------------------------------------------------------
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _vertex_server(environ):
+    """`xlnet-tf serve` with no model flag (gRPC on a free port), configured by `environ` alone."""
+    from xlnet_tf.cli import build_parser
+    from xlnet_tf.serving.cli import build_server
+
+    args = build_parser().parse_args(["serve", "--port", "0", "--poll-interval", "0.5"])
+    return build_server(args, environ)
+
+
+def _http(url, body=None):
+    request = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode(),
+                                     method="GET" if body is None else "POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def _copy_tree(source, target):
+    """A local SavedModel directory copied file by file to `target` (any filesystem), saved_model.pb last."""
+    import os
+
+    import tensorflow as tf
+
+    names = [os.path.relpath(os.path.join(folder, name), source) for folder, _, found in os.walk(source)
+             for name in found]
+    for name in sorted(names, key=lambda n: n == "saved_model.pb"):
+        tf.io.gfile.makedirs(os.path.dirname(f"{target}/{name}"))
+        tf.io.gfile.copy(os.path.join(source, name), f"{target}/{name}", overwrite=True)
+
+
+def test_vertex_ai_from_its_variables_alone(server):
+    """Only $AIP_* set: the model in $AIP_STORAGE_URI (a ram:// SavedModel directory, copied there after the
+    server started), health 503 before it loads and 200 after, predictions in Vertex's format for both instance
+    forms, equal to TensorFlow Serving's Predict."""
+    import uuid
+
+    port = _free_port()
+    storage = f"ram://vertex-{uuid.uuid4().hex[:8]}/artefacts"
+    health, predict = "/v1/endpoints/7/deployedModels/8", "/v1/endpoints/7/deployedModels/8:predict"
+    environ = {"AIP_HTTP_PORT": str(port), "AIP_HEALTH_ROUTE": health, "AIP_PREDICT_ROUTE": predict,
+               "AIP_STORAGE_URI": storage, "AIP_MODEL_NAME": "sentiment"}
+    instance = _vertex_server(environ).start()
+    try:
+        url = f"http://127.0.0.1:{port}"
+        check("Vertex: REST port and interface", (instance.rest_api_port, instance.options.host),
+              f"({port}, '0.0.0.0')", (instance.rest_api_port, instance.options.host) == (port, "0.0.0.0"))
+        status, _ = _http(url + health)
+        check("health before the model is there", status, "503", status == 503)
+        _copy_tree(server.entries[0].base_path + "/1", storage)
+        for _ in range(120):
+            status, _ = _http(url + health)
+            if status == 200:
+                break
+            import time
+
+            time.sleep(0.5)
+        check("health once the SavedModel has loaded (as version 1)", status, "200", status == 200)
+        want = tfs_predict(server, TEXTS)["probabilities"]
+        for form, instances in (("values", TEXTS), ("objects", [{"text": t} for t in TEXTS])):
+            status, answer = _http(url + predict, {"instances": instances,
+                                                   "parameters": {"signature_name": "serving_default"}})
+            got = np.array([row["probabilities"] for row in answer.get("predictions", [])])
+            diff = float(np.abs(got - want).max()) if got.shape == want.shape else float("inf")
+            check(f"predict route, instances as {form}: status and probabilities vs Predict", (status, diff),
+                  f"(200, <= {BOUND})", status == 200 and diff <= BOUND)
+        status, answer = _http(url + predict, {"instances": 3})
+        check("predict route, instances not a list", (status, answer.get("error", "")[:70]), "400 with a message",
+              status == 400 and answer.get("error"))
+        status, _ = _http(url + "/v2/models/sentiment/ready")
+        check("the other APIs serve it under $AIP_MODEL_NAME", status, "200", status == 200)
+    finally:
+        instance.stop()
+
+
+def test_vertex_ai_export_base_and_bad_variables(server):
+    """$AIP_STORAGE_URI may also be an export base (integer versions); bad variables are errors naming them."""
+    from xlnet_tf.errors import UserError
+
+    port = _free_port()
+    instance = _vertex_server({"AIP_HTTP_PORT": str(port), "AIP_STORAGE_URI": server.entries[0].base_path}).start()
+    try:
+        status, _ = _http(f"http://127.0.0.1:{port}/health")
+        check("export base, default routes: health", status, "200", status == 200)
+        status, answer = _http(f"http://127.0.0.1:{port}/predict", {"instances": TEXTS[:2]})
+        check("export base: predictions", (status, len(answer.get("predictions", []))), "(200, 2)",
+              (status, len(answer.get("predictions", []))) == (200, 2))
+        check("model name without $AIP_MODEL_NAME", [e.name for e in instance.entries], "['model']",
+              [e.name for e in instance.entries] == ["model"])
+    finally:
+        instance.stop()
+    for environ, words in (({"AIP_HTTP_PORT": "eighty"}, "$AIP_HTTP_PORT"),
+                           ({"AIP_HTTP_PORT": "8080"}, "$AIP_STORAGE_URI"),
+                           ({"AIP_STORAGE_URI": "/x", "AIP_HEALTH_ROUTE": "/a", "AIP_PREDICT_ROUTE": "/a"}, "same path"),
+                           ({"AIP_STORAGE_URI": "/x", "AIP_HEALTH_ROUTE": "health"}, "$AIP_HEALTH_ROUTE")):
+        with pytest.raises(UserError) as error:
+            _vertex_server(environ)
+        check(f"environment {environ}", str(error.value), f"names {words}", words in str(error.value))
