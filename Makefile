@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
 
-.PHONY: demo test venv docs golden benchmark clean
+.PHONY: demo test venv docs golden benchmark compat clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,5 +44,18 @@ $(BENCH_VENV)/.installed: setup.cfg pyproject.toml
 benchmark: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/xlnet-tf benchmark --output-dir benchmark_results
 
+# Do the exports load and answer the same in TensorFlow 2.12's runtime with TF Text 2.12 (what TensorFlow Serving
+# 2.12 and later link)? Tiny models of every export kind, made here, run in both (docs/serving-reference.md). Its own
+# environment with only those two (and numpy < 2, which TensorFlow 2.12 needs), so that `make test` never installs it.
+COMPAT_PYTHON ?= python3.11
+COMPAT_VENV = .venv-tf212
+$(COMPAT_VENV)/.installed:
+	$(COMPAT_PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install -q tensorflow==2.12.1 tensorflow-text==2.12.1 'numpy<2'
+	touch $@
+
+compat: $(STAMP) $(COMPAT_VENV)/.installed
+	$(BIN)/python -m xlnet_tf.benchmarks.compat --other-python $(COMPAT_VENV)/bin/python --output compat_results.json
+
 clean:
-	rm -rf $(VENV) .venv-ref $(BENCH_VENV) build *.egg-info site
+	rm -rf $(VENV) .venv-ref $(BENCH_VENV) $(COMPAT_VENV) build *.egg-info site
