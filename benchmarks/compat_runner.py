@@ -6,10 +6,10 @@ Run by path with another virtualenv's python (TensorFlow 2.12 and TF Text 2.12, 
 it imports only ``tensorflow`` and ``tensorflow_text`` (never xlnet_tf) and only what TensorFlow 2.12 has, so the
 same file also runs under the project's TensorFlow. ``REQUESTS.json``: ``{"exports": {name: dir}, "requests":
 [{"key", "export", "signature", "inputs": {name: {"dtype", "data"}}}]}``; dtype ``example`` is a list of
-``{feature: text}`` made into serialized ``tf.Example`` s here. Each export is loaded twice, as TensorFlow Serving
-loads it (a TF1 Session: ``loader.load``, restore and init ops, tensors by SignatureDef name; mode "session") and
-as a TensorFlow 2 program does (``tf.saved_model.load``, ``.signatures``; mode "function"), and every request runs
-in both. ``RESULTS.json``: the runtime's versions, each export's load error per mode (None: loaded) and each
+``{feature: text}`` made into serialized ``tf.Example`` s here; ``"modes"``, optional: which of the two below (default
+both). Each export is loaded twice, as TensorFlow Serving loads it (a TF1 Session: ``loader.load``, restore and init
+ops, tensors by SignatureDef name; mode "session") and as a TensorFlow 2 program does (``tf.saved_model.load``,
+``.signatures``; mode "function"). ``RESULTS.json``: the runtime's versions, each export's load error per mode (None: loaded) and each
 request's outputs per mode (``{name: {"dtype", "shape", "data"}}``, or ``{"error": text}``).
 """
 
@@ -94,7 +94,7 @@ def main(argv):
 
     results = {"runtime": {"tensorflow": tf.__version__, "tensorflow_text": tensorflow_text.__version__,
                            "numpy": np.__version__, "python": sys.version.split()[0]},
-               "loads": {}, "load_seconds": {}, "outputs": {}}
+               "loads": {}, "load_seconds": {}, "request_seconds": {}, "outputs": {}}
     models = {}
     for name, path in job["exports"].items():
         results["loads"][name], results["load_seconds"][name] = {}, {}
@@ -110,15 +110,17 @@ def main(argv):
     for request in job["requests"]:
         inputs = {k: as_tensor_value(tf, spec) for k, spec in request["inputs"].items()}
         answers = results["outputs"].setdefault(request["key"], {})
-        for mode in MODES:
+        for mode in request.get("modes", MODES):
             model = models.get((request["export"], mode))
             if model is None:
                 answers[mode] = {"error": "not loaded"}
                 continue
+            start = time.perf_counter()
             try:
                 answers[mode] = {k: as_json(v) for k, v in model.run(request["signature"], inputs).items()}
             except Exception as error:  # noqa: BLE001
                 answers[mode] = {"error": error_text(error)}
+            results["request_seconds"][request["key"] + "@" + mode] = round(time.perf_counter() - start, 2)
     results["modules"] = sorted(m for m in sys.modules if m.split(".")[0] == "xlnet_tf")
     with open(results_path, "w", encoding="utf-8") as f:
         json.dump(results, f)
