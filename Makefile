@@ -47,15 +47,18 @@ benchmark: $(BENCH_VENV)/.installed
 # Do the exports load and answer the same in TensorFlow 2.12's runtime with TF Text 2.12 (what TensorFlow Serving
 # 2.12 and later link)? Tiny models of every export kind, made here, run in both (docs/serving-reference.md). Its own
 # environment with only those two (and numpy < 2, which TensorFlow 2.12 needs), so that `make test` never installs it.
+# Another runtime: make compat COMPAT_TF=2.11.1 COMPAT_TEXT=2.11.0 COMPAT_PYTHON=python3.10 (in .venv-tf211).
+COMPAT_TF ?= 2.12.1
+COMPAT_TEXT ?= 2.12.1
 COMPAT_PYTHON ?= python3.11
-COMPAT_VENV = .venv-tf212
+COMPAT_VENV = .venv-tf$(subst .,,$(basename $(COMPAT_TF)))
 $(COMPAT_VENV)/.installed:
 	$(COMPAT_PYTHON) -m venv $(COMPAT_VENV)
-	$(COMPAT_VENV)/bin/python -m pip install -q tensorflow==2.12.1 tensorflow-text==2.12.1 'numpy<2'
+	$(COMPAT_VENV)/bin/python -m pip install -q tensorflow==$(COMPAT_TF) tensorflow-text==$(COMPAT_TEXT) 'numpy<2'
 	touch $@
 
 compat: $(STAMP) $(COMPAT_VENV)/.installed
 	$(BIN)/python -m xlnet_tf.benchmarks.compat --other-python $(COMPAT_VENV)/bin/python --output compat_results.json
 
 clean:
-	rm -rf $(VENV) .venv-ref $(BENCH_VENV) $(COMPAT_VENV) build *.egg-info site
+	rm -rf $(VENV) .venv-ref $(BENCH_VENV) .venv-tf[0-9]* build *.egg-info site

@@ -61,8 +61,8 @@ def texts():
 
 
 def requests_for(kind, export_dir, model_dir):
-    """The requests ({key, export, signature, inputs}) for every signature of the export of `kind` (made from
-    `model_dir`), from its ``xlnet_export.json`` (which signatures, which inputs)."""
+    """The requests ({key, export, signature, inputs, modes}) for every signature of the export of `kind` (made from
+    `model_dir`): its SignatureDefs say which signatures and inputs, ``xlnet_export.json`` the task."""
     with open(os.path.join(export_dir, "assets.extra", "xlnet_export.json"), encoding="utf-8") as f:
         metadata = json.load(f)
     out = []
@@ -409,9 +409,10 @@ def cpu_flags():
             info = f.read()
     except OSError:
         return {"model": "unknown", "flags": []}
-    fields = dict(line.split(":", 1) for line in info.split("\n\n")[0].splitlines() if ":" in line)
-    flags = set(fields.get("flags\t\t", fields.get("flags", "")).split())
-    return {"model": fields.get("model name\t", "").strip(),
+    fields = {key.strip(): value.strip() for key, value in
+              (line.split(":", 1) for line in info.split("\n\n")[0].splitlines() if ":" in line)}
+    flags = set(fields.get("flags", "").split())
+    return {"model": fields.get("model name", "unknown"),
             "flags": [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags]}
 
 
