@@ -43,6 +43,8 @@ NOT_RUN = {
     "fine-tuning/index.md": "the overview of the task pages; its recipe is classification's, run there",
     "fine-tuning/batching.md": "explains --bucket-boundaries and --packing, whose defaults (auto) every "
                                "fine-tuning run above uses",
+    "kubernetes.md": "needs a Kubernetes cluster (and KServe for the InferenceService); tests/test_kubernetes.py "
+                     "checks every flag, port, path and mount of its manifests against the server",
 }
 
 
