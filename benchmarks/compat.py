@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compat_runner.py")
 
@@ -62,7 +63,8 @@ def texts():
 
 def requests_for(kind, export_dir, model_dir):
     """The requests ({key, export, signature, inputs, modes}) for every signature of the export of `kind` (made from
-    `model_dir`): its SignatureDefs say which signatures and inputs, ``xlnet_export.json`` the task."""
+    `model_dir`): its SignatureDefs say which signatures and inputs, ``KINDS`` which rows, ``xlnet_export.json``
+    the Examples' features and the lengths."""
     with open(os.path.join(export_dir, "assets.extra", "xlnet_export.json"), encoding="utf-8") as f:
         metadata = json.load(f)
     out = []
@@ -128,20 +130,68 @@ def words_rows():
     return [row + [""] * (width - len(row)) for row in rows]
 
 
-def signature_inputs(kind, model_dir, metadata, signature, specs):
-    """The inputs of one signature: text by input name, tf.Examples for Classify / Regress, ids from the training
-    path's features (``xlnet_tf.data.finetuning``) for ``predict_ids``, sampling settings for ``generate``."""
+def sentence_inputs():
+    """Texts by the input names of the sentence tasks' and SQuAD's signatures."""
     a, b = pairs()
-    squad, race = squad_rows(), race_rows()
-    text = ["The for statement", "Exceptions are raised when", "x", ""] if metadata["task"] == "lm" else texts()
-    by_name = {"text": text, "text_a": a, "text_b": b, "question": [q for q, _ in squad],
-               "context": [c for _, c in squad], "words": words_rows()}
-    if metadata["task"] == "race":
-        by_name.update(article=[r[0] for r in race], question=[r[1] for r in race], options=[r[2] for r in race])
+    squad = squad_rows()
+    return {"text": texts(), "text_a": a, "text_b": b, "question": [q for q, _ in squad],
+            "context": [c for _, c in squad], "words": words_rows()}
+
+
+def prompt_inputs():
+    """The language model's prompts: short, one a single character, one empty."""
+    return dict(sentence_inputs(), text=["The for statement", "Exceptions are raised when", "x", ""])
+
+
+def race_inputs():
+    """RACE's article, question and options."""
+    race = race_rows()
+    return dict(sentence_inputs(), article=[r[0] for r in race], question=[r[1] for r in race],
+                options=[r[2] for r in race])
+
+
+# ``predict_ids``' inputs: the features the training path (``xlnet_tf.data.finetuning``) builds for the same rows,
+# with the fine-tuned model's tokenizer and settings; each takes (tokenizer, max_seq_len, finetune config, export
+# metadata) and returns the features.
+
+
+def sentence_ids(tokenizer, length, config, metadata):
+    from xlnet_tf.data import finetuning, readers
+
+    return finetuning.classification_features([readers.TextExample(x) for x in texts()], tokenizer, length)[0]
+
+
+def pair_ids(tokenizer, length, config, metadata):
+    from xlnet_tf.data import finetuning, readers
+
+    rows = [readers.TextExample(x, y) for x, y in zip(*pairs())]
+    return finetuning.classification_features(rows, tokenizer, length)[0]
+
+
+def squad_ids(tokenizer, length, config, metadata):
+    from xlnet_tf.data import finetuning, readers
+
+    examples = [readers.SquadExample(str(i), q, c) for i, (q, c) in enumerate(squad_rows())]
+    return finetuning.squad_features(examples, tokenizer, length, doc_stride=metadata["doc_stride"],
+                                     max_query_len=metadata["max_query_len"])[0]
+
+
+def race_ids(tokenizer, length, config, metadata):
+    from xlnet_tf.data import finetuning, readers
+
+    qa_len = min(int(config.get("max_qa_len", 128)), length - 3)  # as the export reads it
+    return finetuning.race_features([readers.RaceExample(*row) for row in race_rows()], tokenizer, length,
+                                    max_qa_len=qa_len)[0]
+
+
+def signature_inputs(kind, model_dir, metadata, signature, specs):
+    """The inputs of one signature: text by input name (the kind's rows), tf.Examples for Classify / Regress,
+    ids from the training path's features for ``predict_ids``, sampling settings for ``generate``."""
+    by_name = KINDS[kind].inputs()
     if signature == "predict_ids":
-        return ids_inputs(model_dir, metadata, sorted(specs))
+        return ids_inputs(kind, model_dir, metadata, sorted(specs))
     if signature == "generate":
-        return {"text": strings(text), "max_new_tokens": numbers("int32", [8, 3, 8, 5]),
+        return {"text": strings(by_name["text"]), "max_new_tokens": numbers("int32", [8, 3, 8, 5]),
                 "temperature": numbers("float32", [0.0, 0.8, 1.0, 0.7]), "top_k": numbers("int32", [0, 40, 5, 0]),
                 "top_p": numbers("float32", [1.0, 0.9, 0.5, 0.95]), "seed": numbers("int64", [7, 8, 9, 10])}
     out = {}
@@ -157,51 +207,46 @@ def signature_inputs(kind, model_dir, metadata, signature, specs):
     return out
 
 
-def ids_inputs(model_dir, metadata, names):
-    """``predict_ids``' inputs for the export's task: the ids the training path builds for the same texts, with
-    the fine-tuned directory's tokenizer and settings."""
-    from xlnet_tf.data import finetuning as ft
-    from xlnet_tf.data import readers as rd
-    from xlnet_tf.tokenization import XLNetTokenizer, tokenizer_settings
-
+def ids_inputs(kind, model_dir, metadata, names):
+    """``predict_ids``' inputs for the export of `kind`: its ids function's features, with the fine-tuned
+    directory's tokenizer and settings."""
     from xlnet_tf.heads import FINETUNE_FILE
     from xlnet_tf.model import SPM_FILE
+    from xlnet_tf.tokenization import XLNetTokenizer, tokenizer_settings
 
     with open(os.path.join(model_dir, FINETUNE_FILE), encoding="utf-8") as f:
         config = json.load(f)
     tokenizer = XLNetTokenizer(os.path.join(model_dir, config.get("spm_model") or SPM_FILE),
                                **tokenizer_settings(config))
-    length = metadata["max_seq_len"]
-    if metadata["task"] == "squad":
-        examples = [rd.SquadExample(str(i), q, c) for i, (q, c) in enumerate(squad_rows())]
-        features = ft.squad_features(examples, tokenizer, length, doc_stride=metadata["doc_stride"],
-                                     max_query_len=metadata["max_query_len"])[0]
-    elif metadata["task"] == "race":
-        examples = [rd.RaceExample(*row) for row in race_rows()]
-        qa_len = min(int(config.get("max_qa_len", 128)), length - 3)  # as the export reads it
-        features = ft.race_features(examples, tokenizer, length, max_qa_len=qa_len)[0]
-    elif metadata["pairs"]:
-        features = ft.classification_features([rd.TextExample(x, y) for x, y in zip(*pairs())], tokenizer, length)[0]
-    else:
-        features = ft.classification_features([rd.TextExample(x) for x in texts()], tokenizer, length)[0]
+    features = KINDS[kind].ids(tokenizer, metadata["max_seq_len"], config, metadata)
     return {name: numbers("int32", features[name].tolist()) for name in names}
 
 
 # ----------------------------------------------------------------------------------------------------
 # The models and their exports, made with the package's commands
 
-# kind -> (model directory under the work folder, `xlnet-tf export` flags, precision)
+class Kind(typing.NamedTuple):
+    """One export kind: the model directory under the work folder it is exported from, its `xlnet-tf export`
+    flags, its precision, its requests' texts by input name and its ``predict_ids`` features (functions above)."""
+
+    model: str
+    flags: list
+    precision: str
+    inputs: typing.Callable = sentence_inputs
+    ids: typing.Callable = sentence_ids
+
+
 KINDS = {
-    "classification": ("classifier", [], "float32"),
-    "regression": ("regressor", [], "float32"),  # on pairs: text_a, text_b
-    "multi-label": ("multilabel", [], "float32"),
-    "squad": ("squad-model", [], "float32"),
-    "race": ("race-model", [], "float32"),
-    "token-classification": ("names-model", [], "float32"),
-    "encoder": ("classifier", ["--reusable"], "float32"),
-    "lm": ("lm", ["--max-seq-len", str(SEQ_LEN), "--max-new-tokens", "8"], "float32"),
-    "classification-bfloat16": ("classifier", ["--precision", "bfloat16"], "bfloat16"),
-    "classification-float16": ("classifier", ["--precision", "float16"], "float16"),
+    "classification": Kind("classifier", [], "float32"),
+    "regression": Kind("regressor", [], "float32", ids=pair_ids),  # on pairs: text_a, text_b
+    "multi-label": Kind("multilabel", [], "float32"),
+    "squad": Kind("squad-model", [], "float32", ids=squad_ids),
+    "race": Kind("race-model", [], "float32", race_inputs, race_ids),
+    "token-classification": Kind("names-model", [], "float32"),
+    "encoder": Kind("classifier", ["--reusable"], "float32"),
+    "lm": Kind("lm", ["--max-seq-len", str(SEQ_LEN), "--max-new-tokens", "8"], "float32", prompt_inputs),
+    "classification-bfloat16": Kind("classifier", ["--precision", "bfloat16"], "bfloat16"),
+    "classification-float16": Kind("classifier", ["--precision", "float16"], "float16"),
 }
 
 
@@ -306,8 +351,8 @@ def make_exports(work, jobs):
     run_chains(models, work, jobs)
     print("exports:", flush=True)
     exports = {kind: os.path.join(work, "exports", kind) for kind in KINDS}
-    run_chains([[["export", "--model-dir", os.path.join(work, model), "--export-base", exports[kind], "--version",
-                  "1", *flags]] for kind, (model, flags, _) in KINDS.items()], work, jobs)
+    run_chains([[["export", "--model-dir", os.path.join(work, k.model), "--export-base", exports[kind], "--version",
+                  "1", *k.flags]] for kind, k in KINDS.items()], work, jobs)
     return {kind: os.path.join(path, "1") for kind, path in exports.items()}
 
 
@@ -455,11 +500,11 @@ def main(argv=None):
     try:
         exports = make_exports(work, args.jobs)
         built = time.perf_counter() - start
-        requests = [r for kind, (model, _, _) in KINDS.items()
-                    for r in requests_for(kind, exports[kind], os.path.join(work, model))]
+        requests = [r for kind, k in KINDS.items()
+                    for r in requests_for(kind, exports[kind], os.path.join(work, k.model))]
         print(f"running {len(requests)} requests on {len(exports)} exports in both runtimes", flush=True)
         here, other = run_runtimes(work, exports, requests, args.other_python)
-        rows = [compare(kind, requests, here, other, precision) for kind, (_, _, precision) in KINDS.items()]
+        rows = [compare(kind, requests, here, other, k.precision) for kind, k in KINDS.items()]
     finally:
         if not args.work_dir:
             shutil.rmtree(work, ignore_errors=True)
