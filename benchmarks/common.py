@@ -38,6 +38,9 @@ GENERATE_TASKS = ("generate",)
 DEFAULT_TASKS = STEP_TASKS + ("lengths",)  # a run without --tasks
 TASKS = DEFAULT_TASKS + ("squad-lengths", "documents", "memory", "serving", "precision", "generate")  # --tasks
 PRECISIONS = ("float32", "bfloat16")  # of xlnet-tf's step cases (--precisions)
+# How transformers computes in bfloat16 (Case.precision_mode): "weights", its parameters and float inputs cast to
+# bfloat16; "autocast", float32 parameters under torch.autocast. Ours: "" (Keras' mixed_bfloat16 policy).
+TORCH_BFLOAT16_MODES = ("weights", "autocast")
 EXPORT_PRECISIONS = tuple(EXPORTER_PRECISIONS)  # of the "precision" group's exports (--export-precisions)
 # The implementations: xlnet-tf's own (in process, and its SavedModel export), then the references it is held to.
 OURS = ("xlnet-tf", "xlnet-tf-savedmodel")
@@ -92,6 +95,8 @@ class Case:
     precision` (float32, bfloat16 or float16: EXPORT_PRECISIONS), its latency on one text of seq_len - 2
     pieces (warmup and iterations count requests) and on a batch of batch_size texts (1 untimed, then
     `batch_requests` timed requests), in process and served, and its logits on that batch.
+    precision_mode: how a reference computes in `precision` where it has several ways (TORCH_BFLOAT16_MODES for
+    transformers in bfloat16); "" otherwise.
     size: the architecture (BASE_SIZE keys). Dropout 0.1 when training, no memory (mem_len 0) but within a
     document.
     padding (LENGTH_TASKS only): "buckets" (xlnet-tf's padding by length: length strata when fine-tuning,
@@ -117,6 +122,7 @@ class Case:
     new_tokens: int = 0
     serving: tuple = ()
     batch_requests: int = 0
+    precision_mode: str = ""
 
     @property
     def dims(self):
@@ -140,7 +146,7 @@ class Case:
         """The fields; `padding` and `sample_size` only for LENGTH_TASKS, `segments` only for DOCUMENT_TASKS,
         `recompute` only for MEMORY_TASKS and "documents-finetune", `grad_segments` only for
         "documents-finetune", `serving` (a dict) only for SERVING_TASKS, `batch_requests` only for
-        PRECISION_TASKS (the other cases' JSON is unchanged)."""
+        PRECISION_TASKS, `precision_mode` only where set (the other cases' JSON is unchanged)."""
         values = dataclasses.asdict(self)
         if self.task not in LENGTH_TASKS:
             del values["padding"], values["sample_size"]
@@ -160,6 +166,8 @@ class Case:
             del values["serving"]
         if self.task not in PRECISION_TASKS:
             del values["batch_requests"]
+        if not self.precision_mode:
+            del values["precision_mode"]
         return values
 
     @classmethod
@@ -177,7 +185,7 @@ class Case:
         return cls(**values)
 
     def label(self):
-        mode = f"{self.precision}{' xla' if self.xla else ''}"
+        mode = f"{precision_text(self.precision, self.precision_mode)}{' xla' if self.xla else ''}"
         padding = f" {self.padding}" if self.padding else ""
         segments = f" S={','.join(map(str, self.segments))}" if self.segments else ""
         recompute = f" recompute={self.recompute}" if self.recompute else ""
@@ -188,6 +196,17 @@ class Case:
         clients = dict(self.serving).get("clients")
         serving = f" clients={','.join(map(str, clients))}" if clients else ""
         return f"{self.implementation} {self.task}{padding}{segments}{recompute}{serving} T={self.seq_len} {mode}"
+
+
+def precision_text(precision, mode=""):
+    """A precision with its mode (`Case.precision_mode`), as the labels and the report show it: "float32",
+    "bfloat16" (ours: mixed_bfloat16), "bfloat16 weights", "bfloat16 autocast"."""
+    return f"{precision} {mode}".strip()
+
+
+def keras_dtype(case: Case):
+    """The Keras dtype policy of a case of ours or keras-hub's: "mixed_bfloat16" for bfloat16, else "float32"."""
+    return "mixed_bfloat16" if case.precision == "bfloat16" else "float32"
 
 
 def synthetic_batch(case: Case, seed: int = 0):

@@ -9,7 +9,7 @@ per layer (`XLNetEncoder`), and it has no memory and no attention-probability dr
 from __future__ import annotations
 
 from xlnet_tf.benchmarks.common import (
-    Case, ReferenceMissing, Unsupported, require_split_heads, synthetic_batch, time_case,
+    Case, ReferenceMissing, Unsupported, keras_dtype, require_split_heads, synthetic_batch, time_case,
 )
 
 TASKS = ("inference", "finetune")
@@ -52,10 +52,6 @@ def _check(case):
     require_split_heads(case, "keras-hub's XLNetBackbone")
 
 
-def _dtype(case):
-    return "mixed_bfloat16" if case.precision == "bfloat16" else "float32"
-
-
 def _backbone(case, dropout):
     """A randomly initialized XLNetBackbone with `case`'s architecture (GELU, bi-directional, no memory)."""
     import keras_hub
@@ -64,7 +60,7 @@ def _backbone(case, dropout):
     return keras_hub.models.XLNetBackbone(
         vocabulary_size=dims["n_token"], num_layers=dims["n_layer"], num_heads=dims["n_head"],
         hidden_dim=dims["d_model"], intermediate_dim=dims["d_inner"], dropout=dropout, activation="gelu",
-        dtype=_dtype(case))
+        dtype=keras_dtype(case))
 
 
 def _inference_step(case, inputs):
@@ -81,7 +77,7 @@ def _classifier(case):
     import keras
 
     backbone = _backbone(case, dropout=TRAINING_DROPOUT)
-    dtype = _dtype(case)
+    dtype = keras_dtype(case)
     last = backbone.output[:, -1, :]
     summary = keras.layers.Dense(case.dims["d_model"], activation="tanh", dtype=dtype, name="summary")(last)
     summary = keras.layers.Dropout(TRAINING_DROPOUT, dtype=dtype)(summary)

@@ -10,7 +10,8 @@ rows are `data.packing`'s (the strata's examples of each step packed into rows o
 Fine-tuning and predict rows also count the useful FLOPs: each example's matmul FLOPs alone at its own length
 (`flops.example_flops`), for the share of the matmul peak they reach. "lengths-squad" fine-tunes the same way
 on rows of SQuAD 2.0's window lengths with a head reading every position: whether packing would pay for SQuAD,
-whose windows `finetune` keeps (packed rows of 512, the widest window).
+whose windows `finetune` keeps (packed rows of 512, the widest window). Fine-tuning runs in float32 or in bfloat16
+(Keras' mixed_bfloat16 policy, as `finetune --mixed-precision bfloat16`); predict and latency in float32.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import tempfile
 
 import numpy as np
 
-from xlnet_tf.benchmarks.common import Case, Unsupported, length_examples, time_iterations
+from xlnet_tf.benchmarks.common import Case, Unsupported, keras_dtype, length_examples, time_iterations
 from xlnet_tf.benchmarks.xlnet_parts import EXPORT_VOCAB, xlnet_config
 
 TRAINING_DROPOUT = 0.1
 SHORT_TEXT = "This function returns a new list."  # 6 words; 7 pieces with the export's vocabulary
 LONG_TOKENS = 120  # the long text's pieces (at most max_seq_len - 2)
+TRAINING_TASKS = ("lengths-finetune", "lengths-squad")  # in float32 or bfloat16 (mixed_bfloat16); the others float32
 IMPLEMENTATION = {"lengths-finetune": "xlnet-tf", "lengths-predict": "xlnet-tf",
                   "lengths-latency": "xlnet-tf-savedmodel", "lengths-squad": "xlnet-tf"}
 SERVED_REQUEST_TIMEOUT_S = 600  # the gRPC deadline of one timed request through xlnet-tf serve
@@ -37,8 +39,9 @@ def run(case: Case) -> dict:
 
     if case.implementation != IMPLEMENTATION[case.task]:
         raise Unsupported(f"{case.task} is measured for {IMPLEMENTATION[case.task]}, not {case.implementation}")
-    if case.precision != "float32" or case.xla:
-        raise Unsupported("the lengths tasks are measured in float32 without XLA")
+    precisions = ("float32", "bfloat16") if case.task in TRAINING_TASKS else ("float32",)
+    if case.xla or case.precision not in precisions:
+        raise Unsupported("the lengths tasks are measured without XLA, in float32 (fine-tuning also in bfloat16)")
     keras.utils.set_random_seed(0)
     return {"lengths-finetune": _finetune, "lengths-predict": _predict, "lengths-latency": _latency,
             "lengths-squad": _finetune}[case.task](case)
@@ -114,7 +117,8 @@ def _finetune(case):
     with tempfile.TemporaryDirectory(prefix="xlnet-tf-bench-") as model_dir:
         head, loss = ((XLNetForTokenClassification, every_position_loss) if case.task == "lengths-squad" else
                       (XLNetForSequenceClassification, classification_loss))
-        trainer = Trainer(strategies.make_strategy(), lambda: head(xlnet_config(case), run_options, num_labels=2), loss,
+        trainer = Trainer(strategies.make_strategy(),
+                          lambda: head(xlnet_config(case), run_options, num_labels=2, dtype=keras_dtype(case)), loss,
                           None, options, model_dir, inputs=inputs)
         iterator, mems = trainer.data_iterator(), trainer.initial_mems()
         losses = []

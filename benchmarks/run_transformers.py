@@ -1,6 +1,8 @@
 """transformers' runner: PyTorch `XLNetModel`, `XLNetForSequenceClassification` and `XLNetLMHeadModel` on the
 CPU, tasks "inference", "finetune" and "pretrain" (eager PyTorch, no XLA), and "lengths-finetune" with dynamic
-padding (each batch LEFT-padded to its longest row, as transformers' XLNet tokenizer pads).
+padding (each batch LEFT-padded to its longest row, as transformers' XLNet tokenizer pads); in float32, or in
+bfloat16 in one of TORCH_BFLOAT16_MODES (`Case.precision_mode`): "weights" (the model and its float inputs cast
+to bfloat16, AdamW on bfloat16 parameters) or "autocast" (float32 parameters, the steps under torch.autocast).
 
 Conventions (`XLNetModel.forward`): attention_mask 1 = real token (it computes input_mask = 1 - attention_mask),
 token_type_ids are the segment ids, perm_mask[b, i, j] = 1 means i may NOT attend to j and target_mapping is
@@ -15,8 +17,8 @@ import os
 import numpy as np
 
 from xlnet_tf.benchmarks.common import (
-    STEP_TASKS, Case, ReferenceMissing, Unsupported, length_examples, require_split_heads, synthetic_batch, time_case,
-    time_iterations,
+    STEP_TASKS, TORCH_BFLOAT16_MODES, Case, ReferenceMissing, Unsupported, length_examples, precision_text,
+    require_split_heads, synthetic_batch, time_case, time_iterations,
 )
 
 SEED = 0
@@ -41,27 +43,34 @@ def run(case: Case) -> dict:
     if case.task == "lengths-finetune":
         return _lengths_finetune(case)
     tensors = _tensors(case)
-    precision = ", autocast bfloat16" if case.precision == "bfloat16" else ""
     return time_case(
         case, lambda: _inference_step(case, tensors), lambda losses: _train_step(case, tensors, losses),
-        f"eager PyTorch, inference_mode{precision}", f"eager PyTorch, backward + clip_grad_norm_ + AdamW{precision}")
+        f"eager PyTorch, inference_mode{_in(case)}", f"eager PyTorch, backward + clip_grad_norm_ + AdamW{_in(case)}")
+
+
+def _in(case):
+    """The note's words on a reduced precision: ", bfloat16 weights" / ", bfloat16 autocast", else nothing."""
+    return f", {precision_text(case.precision, case.precision_mode)}" if case.precision_mode else ""
 
 
 def _check(case):
     """Raises Unsupported for what transformers' XLNet cannot run here."""
     if case.task not in STEP_TASKS + ("lengths-finetune",):
         raise Unsupported(f"transformers runs {STEP_TASKS} and lengths-finetune, not {case.task!r}")
-    if case.task == "lengths-finetune" and (case.padding != "dynamic" or case.precision != "float32"):
-        raise Unsupported("transformers fine-tunes on real lengths with dynamic padding in float32 only")
+    if case.task == "lengths-finetune" and case.padding != "dynamic":
+        raise Unsupported("transformers fine-tunes on real lengths with dynamic padding only")
     if case.xla:
         raise Unsupported("transformers' PyTorch XLNet runs eagerly on the CPU here: no XLA")
-    if case.precision not in ("float32", "bfloat16"):
-        raise Unsupported(f"transformers runner supports float32 and bfloat16, not {case.precision!r}")
+    modes = {"float32": ("",), "bfloat16": TORCH_BFLOAT16_MODES}
+    if case.precision_mode not in modes.get(case.precision, ()):
+        raise Unsupported(f"transformers runner supports float32 and bfloat16 {' / '.join(TORCH_BFLOAT16_MODES)}, not "
+                          f"{precision_text(case.precision, case.precision_mode)!r}")
     require_split_heads(case, "transformers' XLNetConfig")
 
 
 def _tensors(case):
-    """Our synthetic batch as torch tensors with transformers' argument names (ids int64, masks float32)."""
+    """Our synthetic batch as torch tensors with transformers' argument names (ids int64, masks float32; bfloat16
+    for the "weights" mode)."""
     import torch
 
     features = synthetic_batch(case)
@@ -73,7 +82,7 @@ def _tensors(case):
     tensors["attention_mask"] = tensors["attention_mask"].float()
     tensors["labels"] = torch.from_numpy(
         features["target_ids"] if case.task == "pretrain" else features["label_ids"]).long()
-    return tensors
+    return _inputs_in_precision(case, tensors)
 
 
 def _config(case, dropout):
@@ -90,11 +99,28 @@ def _config(case, dropout):
 
 
 def _autocast(case):
+    """torch.autocast to bfloat16 in the "autocast" mode, else nothing."""
     import torch
 
-    if case.precision == "bfloat16":
+    if case.precision_mode == "autocast":
         return torch.autocast("cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def _model_in_precision(case, model):
+    """`model`, its parameters cast to bfloat16 in the "weights" mode."""
+    import torch
+
+    return model.to(torch.bfloat16) if case.precision_mode == "weights" else model
+
+
+def _inputs_in_precision(case, tensors):
+    """`tensors` (a dict), the floating ones (masks, target mapping) cast to bfloat16 in the "weights" mode."""
+    import torch
+
+    if case.precision_mode != "weights":
+        return tensors
+    return {name: value.to(torch.bfloat16) if value.is_floating_point() else value for name, value in tensors.items()}
 
 
 def _inference_step(case, tensors):
@@ -102,7 +128,7 @@ def _inference_step(case, tensors):
     import torch
     import transformers
 
-    model = transformers.XLNetModel(_config(case, dropout=0.0)).eval()
+    model = _model_in_precision(case, transformers.XLNetModel(_config(case, dropout=0.0)).eval())
     inputs = {name: tensors[name] for name in ("input_ids", "token_type_ids", "attention_mask")}
 
     def step():
@@ -113,12 +139,18 @@ def _inference_step(case, tensors):
 
 
 def _classifier(case):
-    """A randomly initialised XLNetForSequenceClassification in train mode and its AdamW (as ours: lr 2e-5,
-    weight decay 0.01, epsilon 1e-6)."""
-    import torch
+    """A randomly initialised XLNetForSequenceClassification in train mode and its AdamW."""
     import transformers
 
-    model = transformers.XLNetForSequenceClassification(_config(case, TRAINING_DROPOUT)).train()
+    return _with_optimizer(case, transformers.XLNetForSequenceClassification(_config(case, TRAINING_DROPOUT)))
+
+
+def _with_optimizer(case, model):
+    """(`model` in train mode in the case's precision, its AdamW as ours: lr 2e-5, weight decay 0.01, epsilon
+    1e-6)."""
+    import torch
+
+    model = _model_in_precision(case, model.train())
     return model, torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01, eps=1e-6)
 
 
@@ -165,8 +197,9 @@ def _lengths_finetune(case):
 
     def step():
         rows = next(pending)
-        batch = collate([sentences[i] for i in rows], labels[rows])
-        loss = model(**batch, use_mems=False).loss
+        batch = _inputs_in_precision(case, collate([sentences[i] for i in rows], labels[rows]))
+        with _autocast(case):
+            loss = model(**batch, use_mems=False).loss
         _update(model, optimizer, loss)
         losses.append(loss.item())
 
@@ -178,22 +211,21 @@ def _lengths_finetune(case):
         "real_tokens_per_step": sum(len(sentences[i]) + 2 for i in timed.reshape(-1)) / case.iterations,
         "padded_tokens_per_step": case.batch_size * sum(widths) / case.iterations,
         "loss_first": losses[case.warmup], "loss_last": losses[-1],
-        "note": "eager PyTorch, collate (left padding to the batch's longest row) + backward + clip_grad_norm_ + AdamW",
+        "note": "eager PyTorch, collate (left padding to the batch's longest row) + backward + clip_grad_norm_ + "
+                f"AdamW{_in(case)}",
     }
 
 
 def _train_step(case, tensors, losses):
     """One step of the sequence classifier ("finetune") or the tied-LM-head two-stream model ("pretrain"):
     loss, backward, global-norm clipping at 1.0, AdamW; appends the loss to `losses`."""
-    import torch
     import transformers
 
     if case.task == "finetune":
         model, optimizer = _classifier(case)
         inputs = {name: tensors[name] for name in ("input_ids", "token_type_ids", "attention_mask", "labels")}
     else:
-        model = transformers.XLNetLMHeadModel(_config(case, TRAINING_DROPOUT)).train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01, eps=1e-6)
+        model, optimizer = _with_optimizer(case, transformers.XLNetLMHeadModel(_config(case, TRAINING_DROPOUT)))
         inputs = tensors
 
     def step():

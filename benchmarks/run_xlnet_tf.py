@@ -10,7 +10,8 @@ import tempfile
 
 import numpy as np
 
-from xlnet_tf.benchmarks.common import MEMORY_TASKS, Case, Unsupported, synthetic_batch, time_iterations
+from xlnet_tf.benchmarks.common import (MEMORY_TASKS, Case, Unsupported, keras_dtype, synthetic_batch,
+                                        time_iterations)
 from xlnet_tf.benchmarks.xlnet_parts import ENCODER_INPUTS, doc_lines, train_steps, xlnet_config
 
 PRETRAIN_INPUTS = ENCODER_INPUTS + ("perm_mask", "target_mapping", "target_ids", "target_mask")
@@ -29,10 +30,6 @@ def run(case: Case) -> dict:
     return {"inference": _inference, "finetune": _finetune, "pretrain": _pretrain}[case.step_task](case)
 
 
-def _dtype(case):
-    return "mixed_bfloat16" if case.precision == "bfloat16" else "float32"
-
-
 def _training_options(case):
     """Dropout 0.1, and the case's --recompute mode (MEMORY_TASKS; "none" otherwise)."""
     from xlnet_tf.config import RunOptions
@@ -46,7 +43,7 @@ def _inference(case):
     from xlnet_tf.model import XLNetModel
 
     batch = {k: tf.constant(v) for k, v in synthetic_batch(case).items() if k in ENCODER_INPUTS}
-    model = XLNetModel(xlnet_config(case), dtype=_dtype(case))
+    model = XLNetModel(xlnet_config(case), dtype=keras_dtype(case))
     forward = tf.function(lambda inputs: model(inputs)["sequence_output"], jit_compile=case.xla)
     seconds = time_iterations(lambda: forward(batch).numpy(), case.warmup, case.iterations)
     result = {"seconds": seconds, "note": f"tf.function{', XLA' if case.xla else ''}"}
@@ -67,7 +64,7 @@ def _finetune(case):
     run_options = _training_options(case)
     return train_steps(
         case,
-        lambda: XLNetForSequenceClassification(xlnet_config(case), run_options, num_labels=2, dtype=_dtype(case)),
+        lambda: XLNetForSequenceClassification(xlnet_config(case), run_options, num_labels=2, dtype=keras_dtype(case)),
         classification_loss,
         ENCODER_INPUTS + ("label_ids",),
     )
@@ -80,7 +77,7 @@ def _pretrain(case):
     run_options = _training_options(case)
     return train_steps(
         case,
-        lambda: XLNetPretrainer(xlnet_config(case), run_options, dtype=_dtype(case)),
+        lambda: XLNetPretrainer(xlnet_config(case), run_options, dtype=keras_dtype(case)),
         pretraining_loss,
         PRETRAIN_INPUTS,
         model_kwargs=TRAINING_CALL,

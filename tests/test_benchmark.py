@@ -374,6 +374,21 @@ def test_worker_statuses(monkeypatch):
         result = measure_case({"implementation": implementation, **tiny, **changes})
         print(f"{implementation} {changes} {result} (bound status unsupported)")
         assert result["status"] == "unsupported" and "seconds" not in result
+    # transformers in bfloat16: one timed step in each mode, measured here when it is installed
+    torch = "ok" if importlib.util.find_spec("torch") and importlib.util.find_spec("transformers") else "missing"
+    for changes in ({"task": "inference", "precision_mode": "weights"},
+                    {"task": "finetune", "precision_mode": "weights"},
+                    {"task": "lengths-finetune", "precision_mode": "autocast", "padding": "dynamic", "sample_size": 4}):
+        result = measure_case({"implementation": "transformers", **tiny, "precision": "bfloat16", **changes})
+        print(f"transformers bfloat16 {changes}: {result.get('status')}, {result.get('note')}, loss "
+              f"{result.get('loss_first')} (bound {torch}; the note names the mode; a finite loss when training)")
+        assert result["status"] == torch, result
+        if torch == "ok":
+            assert len(result["seconds"]) == 1 and f"bfloat16 {changes['precision_mode']}" in result["note"]
+            assert changes["task"] == "inference" or math.isfinite(result["loss_first"])
+    plain = measure_case({"implementation": "transformers", "task": "inference", **tiny, "precision": "bfloat16"})
+    print(f"transformers bfloat16 without a mode: {plain} (bound {'unsupported' if torch == 'ok' else 'missing'})")
+    assert plain["status"] == ("unsupported" if torch == "ok" else "missing")
 
 
 def test_cli_end_to_end(tmp_path):
