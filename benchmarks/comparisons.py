@@ -131,10 +131,11 @@ def _p50_ratio(measured, reference, where, key):
     return measured["p50_ms"] / other["p50_ms"] if other and other["p50_ms"] else None
 
 
-def length_row(rows, implementation, task, padding, seq_len):
-    """The ok row of a LENGTH_TASKS case, or None."""
+def length_row(rows, implementation, task, padding, seq_len, precision="float32", mode=""):
+    """The ok row of a LENGTH_TASKS case (in `precision` with `mode`, its precision_mode), or None."""
     return next((r for r in rows if r["status"] == "ok" and r["implementation"] == implementation and
-                 r["task"] == task and r.get("padding") == padding and r["seq_len"] == seq_len), None)
+                 r["task"] == task and r.get("padding") == padding and r["seq_len"] == seq_len and
+                 r["precision"] == precision and r.get("precision_mode", "") == mode), None)
 
 
 def latency_ratio(row, where, statistic):

@@ -1,7 +1,8 @@
 """The benchmark's outputs: text tables on stdout, report.md (the same tables and the targets, for the README),
 results.json (everything measured) and throughput.png (tokens/s per case).
 
-Tables: one of tokens/s per step case; when the "lengths" tasks ran, one of examples/s with real vs padded
+The header names the machine, its instruction sets and AMX state (whether the AMX targets are judged) and the
+matmul peaks of the run. Tables: one of tokens/s per step case; when the "lengths" tasks ran, one of examples/s with real vs padded
 tokens (fine-tuning and predict on SST-2 lengths) and one of the exported classifier's latency by text length;
 when the "documents" tasks ran, one of fine-tuning examples/s and the export's latency by the segments of a
 long document, each against one segment; when the "memory" tasks ran, one of peak memory and step time per
@@ -18,7 +19,7 @@ import os
 
 from xlnet_tf.benchmarks.common import (DOCUMENT_TASKS, DOCUMENT_TRAINING, GENERATE_TASKS, LENGTH_TASKS, LENGTHS_FILE,
                                         MEMORY_TASKS, PRECISION_TASKS, REFERENCES, SERVING_TASKS, SQUAD_LENGTHS_FILE,
-                                        STEP_TASKS)
+                                        STEP_TASKS, precision_text)
 from xlnet_tf.benchmarks.comparisons import (GENERATE_TARGET, LATENCY_WHERE, document_growth, document_mode,
                                              document_training, generate_comparison, latency_ratio, length_row,
                                              precision_comparison, recompute_comparison, serving_targets)
@@ -54,14 +55,25 @@ def _footnote(row, notes):
     return f"{row['status']} ({len(notes)})"
 
 
+# Under the step table: what its % peak column divides by (`suite.summarize`'s peak_fraction).
+PEAK_NOTE = ("% peak: the row's GFLOP/s over the matmul peak of its own precision measured in this run (the header's "
+             "2048x2048 matmul in TensorFlow): float32 rows over the float32 peak, bfloat16 rows (ours: Keras' "
+             "mixed_bfloat16; transformers: bfloat16 weights or autocast) over the bfloat16 peak")
+
+
+def _precision(row):
+    """A row's precision cell: "float32", "bfloat16", "bfloat16 weights", "bfloat16 autocast"."""
+    return precision_text(row["precision"], row.get("precision_mode", ""))
+
+
 def table_rows(results):
     """(the table as lists of strings, footnotes): a case that did not run shows its status in the tokens/s
-    column and its reason in a numbered footnote."""
+    column and its reason in a numbered footnote; PEAK_NOTE last."""
     rows, notes = [], []
     for row in results["rows"]:
         if row["task"] not in STEP_TASKS:
             continue
-        head = [row["implementation"], row["task"], str(row["seq_len"]), row["precision"], "yes" if row["xla"] else "no"]
+        head = [row["implementation"], row["task"], str(row["seq_len"]), _precision(row), "yes" if row["xla"] else "no"]
         if row["status"] != "ok":
             rows.append(head + [_footnote(row, notes)] + [""] * (len(COLUMNS) - len(head) - 1))
             continue
@@ -72,21 +84,23 @@ def table_rows(results):
             *(_number(row.get(f"vs_{r}"), 2) for r in REFERENCES),
             "" if row.get("rel_error_vs_float32") is None else f"{row['rel_error_vs_float32']:.1e}",
         ])
-    return rows, notes
+    return rows, notes + [PEAK_NOTE]
 
 
 def length_rows(results):
     """(the fine-tuning / predict table on SST-2 lengths, footnotes): examples/s, real and padded tokens per
-    step (per batch for predict), and examples/s over xlnet-tf's fixed padding of the same task."""
+    step (per batch for predict), and examples/s over xlnet-tf's fixed padding of the same task and precision.
+    A row in another precision than float32 names it after its padding ("buckets bfloat16")."""
     rows, notes = [], []
     for row in results["rows"]:
         if row["task"] not in ("lengths-finetune", "lengths-predict", "lengths-squad"):
             continue
-        head = [row["implementation"], row["task"], row["padding"], str(row["batch_size"]), str(row["seq_len"])]
+        padding = row["padding"] if row["precision"] == "float32" else f"{row['padding']} {_precision(row)}"
+        head = [row["implementation"], row["task"], padding, str(row["batch_size"]), str(row["seq_len"])]
         if row["status"] != "ok":
             rows.append(head + ["", _footnote(row, notes)] + [""] * (len(LENGTH_COLUMNS) - len(head) - 2))
             continue
-        fixed = length_row(results["rows"], "xlnet-tf", row["task"], "fixed", row["seq_len"])
+        fixed = length_row(results["rows"], "xlnet-tf", row["task"], "fixed", row["seq_len"], row["precision"])
         real, padded = row["real_tokens_per_step"], row["padded_tokens_per_step"]
         rows.append(head + [
             _widths(row),
@@ -159,7 +173,15 @@ def length_header(results):
             f"Fine-tuning: examples/s over {options['lengths_steps']} timed steps after {options['warmup']} untimed, "
             f"data pipeline (transformers: collation) included; predict: "
             f"{options['lengths_predict_passes']} pass(es) over {options['lengths_predict_rows']} rows; latency: {options['latency_requests']} requests "
-            f"per text after {options['latency_warmup']}, one client.{squad}")
+            f"per text after {options['latency_warmup']}, one client.{_length_bfloat16(results)}{squad}")
+
+
+def _length_bfloat16(results):
+    """The lengths header's sentence on the bfloat16 fine-tuning rows, when there are any."""
+    if not any(r["task"] == "lengths-finetune" and r["precision"] == "bfloat16" for r in results["rows"]):
+        return ""
+    return (" bfloat16 fine-tuning rows (bfloat16 in --precisions): xlnet-tf's under Keras' mixed_bfloat16 policy, "
+            "transformers' under torch.autocast (float32 weights); x fixed compares rows of one precision only.")
 
 
 def document_rows(results):
@@ -462,14 +484,27 @@ def instruction_sets(flags):
     return ", ".join(present or ["none of those listed"]) + (f" (not: {', '.join(missing)})" if missing else "")
 
 
+def amx_state(flags):
+    """The CPU's AMX (`hardware.AMX_FLAGS`) in words, and whether the AMX targets are judged on it: "amx_tile yes,
+    amx_bf16 yes: the AMX targets are evaluated"."""
+    from xlnet_tf.hardware import AMX_FLAGS
+
+    if flags is None:
+        return "unknown (no /proc/cpuinfo): the AMX targets are NOT EVALUATED"
+    present = ", ".join(f"{flag} {'yes' if flags.get(flag) else 'no'}" for flag in AMX_FLAGS)
+    return f"{present}: the AMX targets are {'evaluated' if flags.get('amx_bf16') else 'NOT EVALUATED'}"
+
+
 def header_lines(results):
     machine, peaks = results["machine"], results["matmul_peak_gflops"]
     versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items() if v)
     peak = ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()) or "not measured"
     options = results["options"]
+    recorded = "cpu_flags" in machine
     return [
         f"machine: {machine['cpu']}, {machine['cores']} cores, Python {machine['python']}; {versions}",
-        f"CPU instruction sets: {instruction_sets(machine['cpu_flags']) if 'cpu_flags' in machine else 'not recorded'}",
+        f"CPU instruction sets: {instruction_sets(machine['cpu_flags']) if recorded else 'not recorded'}",
+        f"AMX: {amx_state(machine['cpu_flags']) if recorded else 'not recorded'}",
         f"matmul peak (2048x2048 in TensorFlow, same run): {peak}",
         f"batch {options['batch_size']}, model {options['size']}, median of {options['iterations']} timed steps after "
         f"{options['warmup']} warm-up"
@@ -549,7 +584,7 @@ def plot_throughput(results, path):
                   key=lambda r: (order.get(r["task"], 9), r["seq_len"]))  # each task's cases side by side
     if not rows:
         return None
-    labels = [f"{r['task']} T={r['seq_len']} | {r['implementation']} {r['precision']}{' XLA' if r['xla'] else ''}"
+    labels = [f"{r['task']} T={r['seq_len']} | {r['implementation']} {_precision(r)}{' XLA' if r['xla'] else ''}"
               for r in rows]
     colors = ["tab:blue" if r["implementation"] in ("xlnet-tf", "xlnet-tf-savedmodel") else "tab:gray" for r in rows]
     figure, axis = plt.subplots(figsize=(10, 0.28 * len(rows) + 1.5))

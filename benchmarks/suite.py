@@ -8,7 +8,8 @@ mode against none, and, for the "serving" task, `xlnet-tf serve`'s requests/s an
 and 32 clients against the export in process, and under overload, and, for the "precision" task, the
 classification export's latency for one text and for a batch in float32, bfloat16 and float16, in process and
 served, with the logits' relative error against float32; all checked against the project's speed and memory
-targets. Written to OUTPUT_DIR as results.json, report.md and throughput.png."""
+targets (the bfloat16 ones for CPUs with AMX, AMX_TARGETS, judged on such a CPU only). Written to OUTPUT_DIR as
+results.json, report.md and throughput.png."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import numpy as np
 from xlnet_tf.benchmarks.common import (BASE_SIZE, DEFAULT_TASKS, DOCUMENT_SEGMENTS, DOCUMENT_TASKS, DOCUMENT_TRAINING,
                                         GENERATE_TASKS, EXPORT_PRECISIONS, IMPLEMENTATIONS, LENGTH_TASKS, MEMORY_TASKS,
                                         OURS, PEAK_MEMORY_TASKS, PRECISION_TASKS, PRECISIONS, REFERENCES,
-                                        SERVING_TASKS, STEP_TASKS, Case)
+                                        SERVING_TASKS, STEP_TASKS, TORCH_BFLOAT16_MODES, Case, precision_text)
 from xlnet_tf.benchmarks.comparisons import (LATENCY_WHERE, Target, document_growth, document_training,
                                              generate_comparison, latency_ratio, length_row, precision_comparison,
                                              recompute_comparison, serving_targets)
@@ -51,6 +52,12 @@ LENGTH_CASES = (
     ("xlnet-tf", "lengths-predict", "buckets"),
     ("xlnet-tf", "lengths-predict", "fixed"),
     ("xlnet-tf-savedmodel", "lengths-latency", ""),
+)
+# The "lengths" tasks' bfloat16 cases, when --precisions has bfloat16: (implementation, task, padding, precision_mode):
+# our fine-tuning by length strata (mixed_bfloat16) against transformers' dynamic padding under autocast.
+BFLOAT16_LENGTH_CASES = (
+    ("xlnet-tf", "lengths-finetune", "buckets", ""),
+    ("transformers", "lengths-finetune", "dynamic", "autocast"),
 )
 # The "squad-lengths" task's cases: fine-tuning on SQuAD 2.0's window lengths, packed, by strata and padded to 512.
 SQUAD_LENGTH_CASES = tuple(("xlnet-tf", "lengths-squad", padding) for padding in ("packed", "buckets", "fixed"))
@@ -94,16 +101,29 @@ PRECISION_TARGETS = {
     "bfloat16": Target("export bfloat16 vs float32 latency (AVX512_BF16 / AMX CPU)", 0.65, at_most=True),
     "float16": Target("export float16 vs float32 latency (GPU)", 0.65, at_most=True),
 }
+# bfloat16 at the limit of CPUs with AMX, evaluated on a CPU with amx_bf16 only (`amx_missing`): our inference in
+# bfloat16 over the bfloat16 matmul peak of the same run and over transformers with bfloat16 weights; our bfloat16
+# fine-tuning on SST-2 lengths (length strata) over transformers' (dynamic padding) under autocast; the bfloat16
+# export's p50 latency in process over the float32 export's, for one text and for the batch ("precision" task).
+AMX_TARGETS = (
+    Target("inference bfloat16 vs bfloat16 matmul peak (AMX CPU)", 0.60),
+    Target("inference bfloat16 vs transformers bfloat16 weights (AMX CPU)", 1.5),
+    Target("fine-tuning SST-2 lengths bfloat16, buckets vs transformers autocast dynamic padding (AMX CPU)", 1.5),
+    Target("export bfloat16 vs float32 latency, one text (AMX CPU)", 0.5, at_most=True),
+    Target("export bfloat16 vs float32 latency, batch (AMX CPU)", 0.4, at_most=True),
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class BenchmarkOptions:
     """What to measure. Ours run in every requested precision and XLA mode; the references in float32, with
-    and without XLA where they have it. `long_seq_len` (0 = off) adds inference at that length, and a
-    pretraining step of xlnet-tf and transformers for the peak-memory comparison.
+    and without XLA where they have it, and, when `precisions` has bfloat16, transformers' inference and
+    fine-tuning at seq_len also in bfloat16, in each of TORCH_BFLOAT16_MODES. `long_seq_len` (0 = off) adds
+    inference at that length, and a pretraining step of xlnet-tf and transformers for the peak-memory comparison.
 
-    The "lengths" tasks run at seq_len (as max_seq_len), batch `lengths_batch_size`, float32 without XLA, on
-    rows of SST-2 train lengths: fine-tuning `lengths_steps` timed steps (after `warmup` untimed ones) on a
+    The "lengths" tasks run at seq_len (as max_seq_len), batch `lengths_batch_size`, float32 without XLA (and,
+    when `precisions` has bfloat16, the fine-tuning of BFLOAT16_LENGTH_CASES in bfloat16), on rows of SST-2
+    train lengths: fine-tuning `lengths_steps` timed steps (after `warmup` untimed ones) on a
     sample of `lengths_sample` rows, predict: `lengths_predict_passes` timed passes over
     `lengths_predict_rows` rows (after an untimed pass over them, which traces), latency:
     `latency_requests` requests per text after `latency_warmup`.
@@ -180,7 +200,6 @@ def plan_cases(options: BenchmarkOptions):
     cases = []
     size = tuple(sorted(options.size.items()))
     for implementation in options.implementations:
-        ours = implementation == "xlnet-tf"
         for task in (t for t in options.tasks if t in SUPPORTED_TASKS[implementation]):
             lengths = [options.seq_len]
             if options.long_seq_len not in (0, options.seq_len) and (task == "inference" or (task == "pretrain" and implementation in
@@ -188,21 +207,34 @@ def plan_cases(options: BenchmarkOptions):
                 lengths.append(options.long_seq_len)
             for length in lengths:
                 long = length != options.seq_len
-                precisions = options.precisions if ours else ("float32",)
-                if long and task == "pretrain":
-                    precisions = ("float32",)  # the memory comparison
                 xla_modes = options.xla_modes if implementation in HAS_XLA else (False,)
                 if long and task == "pretrain":
                     xla_modes = (False,)
-                for precision in precisions:
+                for precision, mode in step_precisions(options, implementation, task, long):
                     for xla in xla_modes:
                         cases.append(Case(
                             implementation, task, options.batch_size, length, precision, xla, size,
                             warmup=1 if long else options.warmup,
-                            iterations=options.long_iterations if long else options.iterations,
+                            iterations=options.long_iterations if long else options.iterations, precision_mode=mode,
                         ))
     return (cases + plan_length_cases(options) + plan_document_cases(options) + plan_memory_cases(options)
             + plan_serving_cases(options) + plan_precision_cases(options) + plan_generate_cases(options))
+
+
+def step_precisions(options: BenchmarkOptions, implementation, task, long):
+    """The (precision, precision_mode) pairs of a step case: ours in every requested precision; transformers'
+    inference and fine-tuning at seq_len (not `long`) also in bfloat16 in each of TORCH_BFLOAT16_MODES when
+    bfloat16 is requested; the other references, and the long pretraining step (the memory comparison), in
+    float32."""
+    if long and task == "pretrain":
+        return [("float32", "")]
+    if implementation == "xlnet-tf":
+        return [(precision, "") for precision in options.precisions]
+    pairs = [("float32", "")]
+    if implementation == "transformers" and task in ("inference", "finetune") and not long \
+            and "bfloat16" in options.precisions:
+        pairs += [("bfloat16", mode) for mode in TORCH_BFLOAT16_MODES]
+    return pairs
 
 
 def plan_generate_cases(options: BenchmarkOptions):
@@ -219,8 +251,9 @@ def plan_generate_cases(options: BenchmarkOptions):
 
 
 def plan_length_cases(options: BenchmarkOptions):
-    """The "lengths" tasks' cases (LENGTH_CASES) of the requested implementations, when "lengths" is asked for,
-    and SQUAD_LENGTH_CASES when "squad-lengths" is."""
+    """The "lengths" tasks' cases (LENGTH_CASES, then BFLOAT16_LENGTH_CASES when bfloat16 is among the
+    precisions) of the requested implementations, when "lengths" is asked for, and SQUAD_LENGTH_CASES when
+    "squad-lengths" is."""
     cases = []
     if "squad-lengths" in options.tasks and "xlnet-tf" in options.implementations:
         cases += [Case(implementation, task, batch_size=options.squad_batch_size, seq_len=options.long_seq_len or
@@ -229,18 +262,22 @@ def plan_length_cases(options: BenchmarkOptions):
                        sample_size=options.lengths_sample) for implementation, task, padding in SQUAD_LENGTH_CASES]
     if "lengths" not in options.tasks:
         return cases
-    common = dict(batch_size=options.lengths_batch_size, seq_len=options.seq_len, precision="float32", xla=False,
+    common = dict(batch_size=options.lengths_batch_size, seq_len=options.seq_len, xla=False,
                   size=tuple(sorted(options.size.items())))
     counts = {  # (warmup, iterations, sample_size)
         "lengths-finetune": (options.warmup, options.lengths_steps, options.lengths_sample),
         "lengths-predict": (min(options.warmup, 1), options.lengths_predict_passes, options.lengths_predict_rows),
         "lengths-latency": (options.latency_warmup, options.latency_requests, 0),
     }
-    for implementation, task, padding in LENGTH_CASES:
+    planned = [(*case, "float32", "") for case in LENGTH_CASES]
+    if "bfloat16" in options.precisions:
+        planned += [(implementation, task, padding, "bfloat16", mode)
+                    for implementation, task, padding, mode in BFLOAT16_LENGTH_CASES]
+    for implementation, task, padding, precision, mode in planned:
         if implementation in options.implementations:
             warmup, iterations, sample_size = counts[task]
             cases.append(Case(implementation, task, warmup=warmup, iterations=iterations, padding=padding,
-                              sample_size=sample_size, **common))
+                              sample_size=sample_size, precision=precision, precision_mode=mode, **common))
     return cases
 
 
@@ -321,7 +358,8 @@ def run_worker(arguments, timeout):
 def summarize(case: Case, result: dict, peaks: dict):
     """One table row: the case, its status and, when it ran, the derived figures (a LENGTH_TASKS row with timed
     examples: examples_per_s over all its timed seconds; a "documents-finetune" row: examples_per_s of the
-    median step)."""
+    median step). A row's share of the peak (`peak_fraction`, a lengths row's `useful_fraction`) is over
+    `peaks[case.precision]`: the matmul peak of its own precision measured in the same run."""
     row = {**case.to_dict(), "label": case.label(), **result}
     row.pop("size")
     if case.task in SERVING_TASKS:
@@ -353,8 +391,8 @@ def summarize(case: Case, result: dict, peaks: dict):
         if result.get("status") == "ok" and result.get("timed_examples"):
             seconds = float(np.sum(result["seconds"]))
             row["examples_per_s"] = result["timed_examples"] / seconds
-            if result.get("useful_flops") and peaks.get("float32"):  # the examples' own FLOPs over the peak
-                row["useful_fraction"] = result["useful_flops"] / seconds / 1e9 / peaks["float32"]
+            if result.get("useful_flops") and peaks.get(case.precision):  # the examples' own FLOPs over the peak
+                row["useful_fraction"] = result["useful_flops"] / seconds / 1e9 / peaks[case.precision]
         return row
     if result.get("status") == "ok":
         seconds = float(np.median(result["seconds"]))
@@ -386,21 +424,6 @@ def precision_targets(rows, cpu_flags):
     for precision, target in PRECISION_TARGETS.items():
         if precision not in compared:
             continue
-        entry, base = compared[precision], compared.get("float32")
-        mine = (entry.get("in_process") or {}).get("batch")
-        value = mine and mine["vs_float32"]
-        if value is None:
-            missing = entry if entry["status"] != "ok" else base
-            reason = (f"{missing['label']}: {missing['status']} {missing.get('error') or ''}".strip() if missing
-                      else "no float32 row")
-            detail = f"not measured: {reason}"
-        else:
-            theirs = base["in_process"]["batch"]
-            error = entry["logits_rel_error"]
-            detail = (f"p50 {mine['p50_ms']:.1f} vs {theirs['p50_ms']:.1f} ms, batch of {entry['batch_size']} "
-                      f"texts of {entry['seq_len']} tokens, in process; logits' relative error vs float32 "
-                      + (f"{error:.1e}, labels equal {entry['label_agreement']:.2f}" if error is not None
-                         else f"not compared: {entry['compared_error']}"))
         if gpu:
             why_not = None
         elif precision == "float16":
@@ -412,17 +435,89 @@ def precision_targets(rows, cpu_flags):
                        f"there); the bound applies to CPUs with them and GPUs")
         else:
             why_not = None
-        met = None if why_not or value is None else value <= target.bound
-        targets.append({"target": target.name, "value": value, "bound": target.bound, "at_most": target.at_most,
-                        "met": met, "evaluated": why_not is None,
-                        "detail": f"not evaluated: {why_not}; {detail}" if why_not else detail})
+        targets.append(judged(target, *export_ratio(compared, precision, "batch"), why_not))
     return targets
 
 
-def best(rows, implementation, task, seq_len, precision="float32"):
-    """The fastest ok row of an implementation for (task, seq_len, precision), or None."""
+def export_ratio(compared, precision, request):
+    """(the `precision` export's p50 in process over the float32 export's for `request` ("one" text or the
+    "batch"), detail) from `precision_comparison`'s entries by precision; (None, "not measured: why") where
+    either was not measured."""
+    entry, base = compared.get(precision), compared.get("float32")
+    if entry is None:
+        return None, f"not measured: no {precision} export in this run (--tasks precision, --export-precisions)"
+    mine = (entry.get("in_process") or {}).get(request)
+    if not mine or mine["vs_float32"] is None:
+        missing = entry if entry["status"] != "ok" else base
+        reason = (f"{missing['label']}: {missing['status']} {missing.get('error') or ''}".strip() if missing
+                  else "no float32 row")
+        return None, f"not measured: {reason}"
+    theirs, error = base["in_process"][request], entry["logits_rel_error"]
+    what = (f"batch of {entry['batch_size']} texts of {entry['seq_len']} tokens" if request == "batch"
+            else f"one text of {entry['texts']['one']['tokens']} pieces")
+    return mine["vs_float32"], (
+        f"p50 {mine['p50_ms']:.1f} vs {theirs['p50_ms']:.1f} ms, {what}, in process; logits' relative error vs "
+        "float32 " + (f"{error:.1e}, labels equal {entry['label_agreement']:.2f}" if error is not None
+                      else f"not compared: {entry['compared_error']}"))
+
+
+def judged(target, value, detail, why_not):
+    """A target's entry {target, value, bound, at_most, met, detail, evaluated}: met by `value` against the
+    bound; None where `value` is None or where `why_not` says why the bound does not apply on this machine
+    (evaluated False, the reason first in detail)."""
+    met = None if why_not or value is None else (value <= target.bound if target.at_most else value >= target.bound)
+    return {"target": target.name, "value": value, "bound": target.bound, "at_most": target.at_most, "met": met,
+            "evaluated": why_not is None, "detail": f"not evaluated: {why_not}; {detail}" if why_not else detail}
+
+
+def amx_missing(cpu_flags):
+    """Why the AMX_TARGETS are not evaluated on a CPU with `cpu_flags` (`machine_info`'s {flag: present}; None:
+    unknown), or None where it has amx_bf16."""
+    if cpu_flags is None:
+        return "the CPU's instruction sets are unknown (no /proc/cpuinfo), so whether it has AMX is too"
+    if cpu_flags.get("amx_bf16"):
+        return None
+    has = ("avx512_bf16 but not amx_bf16 (the 0.65x export target is its bound)" if cpu_flags.get("avx512_bf16")
+           else "neither amx_bf16 nor avx512_bf16 (TensorFlow emulates bfloat16 there)")
+    return f"this CPU has {has}; the bound is for CPUs with AMX (amx_bf16)"
+
+
+def amx_targets(rows, seq_len, cpu_flags):
+    """AMX_TARGETS at `seq_len` -> [{target, value, bound, at_most, met, detail, evaluated}], judged only on a
+    CPU with amx_bf16 (`amx_missing`), and the exports' only where they ran on the CPU; elsewhere met None,
+    evaluated False, with the reason and what was measured in detail. A side that was not planned or did not
+    run: value None, "not measured" and why."""
+    compared = {c["precision"]: c for c in precision_comparison(rows)}
+    why_not = amx_missing(cpu_flags)
+    on_gpu = any(c["device"] == "GPU" for c in compared.values())
+    export_why_not = "the exports ran on the GPU; the bound is for CPUs with AMX" if on_gpu else why_not
+    measured = [
+        (bfloat16_peak_share(rows, seq_len), why_not),
+        (step_ratio(rows, "inference", seq_len, "bfloat16", "transformers", "bfloat16", "weights"), why_not),
+        (length_speedup(rows, seq_len, "lengths-finetune", "transformers", "dynamic", precision="bfloat16",
+                        mode="autocast"), why_not),
+        (export_ratio(compared, "bfloat16", "one"), export_why_not),
+        (export_ratio(compared, "bfloat16", "batch"), export_why_not),
+    ]
+    return [judged(target, *value, reason) for target, (value, reason) in zip(AMX_TARGETS, measured)]
+
+
+def bfloat16_peak_share(rows, seq_len):
+    """(the fastest xlnet-tf bfloat16 inference row at `seq_len`: its GFLOP/s over the bfloat16 matmul peak of the
+    same run, detail); (None, "not measured: why") without that row or that peak."""
+    top = best(rows, "xlnet-tf", "inference", seq_len, "bfloat16")
+    if not top or not top.get("peak_fraction"):
+        return None, (f"not measured: xlnet-tf inference T={seq_len} bfloat16 "
+                      + ("ran, but the bfloat16 matmul peak was not measured" if top else "missing"))
+    peak = top["gflops"] / top["peak_fraction"]
+    return top["peak_fraction"], f"{top['label']}: {top['gflops']:.0f} of {peak:.0f} GFLOP/s (bfloat16 matmul peak)"
+
+
+def best(rows, implementation, task, seq_len, precision="float32", mode=""):
+    """The fastest ok row of an implementation for (task, seq_len, precision, precision_mode), or None."""
     matching = [r for r in rows if r["status"] == "ok" and r["implementation"] == implementation and
-                r["task"] == task and r["seq_len"] == seq_len and r["precision"] == precision]
+                r["task"] == task and r["seq_len"] == seq_len and r["precision"] == precision and
+                r.get("precision_mode", "") == mode]
     return max(matching, key=lambda r: r["tokens_per_s"], default=None)
 
 
@@ -437,19 +532,27 @@ def add_ratios(rows):
             row[f"vs_{reference}"] = row["tokens_per_s"] / other["tokens_per_s"] if other else None
 
 
+def length_speedup(rows, seq_len, task, implementation, padding, ours="buckets", precision="float32", mode=""):
+    """(examples/s of xlnet-tf's `ours` row of a lengths `task` over `implementation`'s `padding` row, both in
+    `precision` (theirs with precision_mode `mode`), detail); (None, "not measured: ...") where one is missing."""
+    mine = length_row(rows, "xlnet-tf", task, ours, seq_len, precision)
+    theirs = length_row(rows, implementation, task, padding, seq_len, precision, mode)
+    if not mine or not theirs:
+        mine_in, theirs_in = (("", "") if precision == "float32" else
+                              (f" {precision}", f" {precision_text(precision, mode)}"))
+        missing = [label for label, r in ((f"xlnet-tf {task} {ours}{mine_in}", mine),
+                                          (f"{implementation} {task} {padding}{theirs_in}", theirs)) if not r]
+        return None, f"not measured: {', '.join(missing)} T={seq_len} missing"
+    return (mine["examples_per_s"] / theirs["examples_per_s"],
+            f"{mine['examples_per_s']:.1f} vs {theirs['examples_per_s']:.1f} examples/s, batch "
+            f"{mine['batch_size']}, widths {mine['boundaries']}")
+
+
 def length_targets(rows, seq_len):
     """(value, detail) of each "lengths" target, in TARGETS' order."""
 
     def speedup(task, implementation, padding, ours="buckets"):
-        mine = length_row(rows, "xlnet-tf", task, ours, seq_len)
-        theirs = length_row(rows, implementation, task, padding, seq_len)
-        if not mine or not theirs:
-            missing = [label for label, r in ((f"xlnet-tf {task} {ours}", mine),
-                                              (f"{implementation} {task} {padding}", theirs)) if not r]
-            return None, f"not measured: {', '.join(missing)} T={seq_len} missing"
-        return (mine["examples_per_s"] / theirs["examples_per_s"],
-                f"{mine['examples_per_s']:.1f} vs {theirs['examples_per_s']:.1f} examples/s, batch "
-                f"{mine['batch_size']}, widths {mine['boundaries']}")
+        return length_speedup(rows, seq_len, task, implementation, padding, ours)
 
     packed = length_row(rows, "xlnet-tf", "lengths-finetune", "packed", seq_len)
     useful = ((packed["useful_fraction"], f"{packed['examples_per_s']:.1f} examples/s, batch {packed['batch_size']}")
@@ -474,17 +577,26 @@ def length_targets(rows, seq_len):
     return values
 
 
+def step_ratio(rows, task, seq_len, ours_precision, reference, precision="float32", mode=""):
+    """(tokens/s of xlnet-tf's fastest `ours_precision` row over `reference`'s fastest in `precision` with
+    precision_mode `mode`, for `task` at `seq_len`, detail); (None, "not measured: ...") where one is missing."""
+    mine, theirs = best(rows, "xlnet-tf", task, seq_len, ours_precision), best(rows, reference, task, seq_len,
+                                                                                precision, mode)
+    if not mine or not theirs:
+        named = reference if precision == "float32" else f"{reference} {precision_text(precision, mode)}"
+        missing = [name for name, r in (("xlnet-tf", mine), (named, theirs)) if not r]
+        return None, f"not measured: {', '.join(missing)} {task} T={seq_len} missing (xlnet-tf in {ours_precision})"
+    return mine["tokens_per_s"] / theirs["tokens_per_s"], f"{mine['label']} vs {theirs['label']}"
+
+
 def evaluate_targets(rows, options: BenchmarkOptions, cpu_flags=None):
-    """Each target with its measured value (None, with the reason, when a side is missing) and whether it is met;
-    with the "precision" task, its targets last (`precision_targets` on `cpu_flags`: `machine_info`'s)."""
+    """Each target with its measured value (None, with the reason, when a side is missing) and whether it is met:
+    TARGETS, then AMX_TARGETS (`amx_targets` on `cpu_flags`: `machine_info`'s), then with the "precision" task
+    its targets (`precision_targets`)."""
     length, long = options.seq_len, options.long_seq_len
 
     def ratio(task, ours_precision, reference):
-        mine, theirs = best(rows, "xlnet-tf", task, length, ours_precision), best(rows, reference, task, length)
-        if not mine or not theirs:
-            missing = [name for name, r in (("xlnet-tf", mine), (reference, theirs)) if not r]
-            return None, f"not measured: {', '.join(missing)} {task} T={length} missing (xlnet-tf in {ours_precision})"
-        return mine["tokens_per_s"] / theirs["tokens_per_s"], f"{mine['label']} vs {theirs['label']}"
+        return step_ratio(rows, task, length, ours_precision, reference)
 
     values = [
         ratio("inference", "float32", "keras-hub"),
@@ -512,6 +624,7 @@ def evaluate_targets(rows, options: BenchmarkOptions, cpu_flags=None):
         met = None if value is None else (value <= target.bound if target.at_most else value >= target.bound)
         results.append({"target": target.name, "value": value, "bound": target.bound,
                         "at_most": target.at_most, "met": met, "detail": detail})
+    results += amx_targets(rows, length, cpu_flags)
     if "precision" in options.tasks:
         results += precision_targets(rows, cpu_flags)
     return results

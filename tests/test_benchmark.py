@@ -1,7 +1,7 @@
 """The benchmark suite: FLOP counts by hand, the synthetic batches, the SST-2 length histogram and its seeded
 sampler, the plan of cases, targets and report on fabricated rows (step cases, the lengths and the documents
-tasks, the memory tasks' recompute comparison and the precision task's comparison with float32 and its targets
-by CPU flags), the worker's statuses, one tiny end-to-end run of `xlnet-tf benchmark --quick` and tiny runs of
+tasks, the memory tasks' recompute comparison, the precision task's comparison with float32 and its targets
+by CPU flags, and the AMX targets by CPU flags), the worker's statuses (transformers' bfloat16 modes run), one tiny end-to-end run of `xlnet-tf benchmark --quick` and tiny runs of
 the documents, memory and precision tasks in process.
 
 Speed is never asserted; every checked figure is printed next to its bound (run with -s to see them).
@@ -23,8 +23,9 @@ from xlnet_tf.benchmarks import report, suite
 from xlnet_tf.benchmarks.common import (LENGTHS_FILE, Case, length_examples, length_histogram, sample_lengths,
                                         synthetic_batch)
 from xlnet_tf.benchmarks.flops import step_flops
-from xlnet_tf.benchmarks.suite import (LENGTH_CASES, BenchmarkOptions, add_ratios, document_growth, document_training,
-                                       evaluate_targets, machine_info, plan_cases, summarize)
+from xlnet_tf.benchmarks.suite import (BFLOAT16_LENGTH_CASES, LENGTH_CASES, BenchmarkOptions, add_ratios,
+                                       document_growth, document_training, evaluate_targets, machine_info, plan_cases,
+                                       summarize)
 
 SMALL = {"n_token": 50, "d_model": 8, "n_layer": 2, "n_head": 2, "d_head": 4, "d_inner": 16}
 
@@ -154,10 +155,11 @@ def test_length_histogram_and_sampler():
 
 def test_plan_cases_defaults():
     cases = plan_cases(BenchmarkOptions())
-    print(f"cases planned {len(cases)} (bound == 36 + {len(LENGTH_CASES)} lengths)")
-    assert len(cases) == 36 + len(LENGTH_CASES) and len(set(cases)) == len(cases)
+    print(f"cases planned {len(cases)} (bound == 36 + 4 transformers bfloat16 + {len(LENGTH_CASES)} lengths + "
+          f"{len(BFLOAT16_LENGTH_CASES)} bfloat16 lengths)")
+    assert len(cases) == 40 + len(LENGTH_CASES) + len(BFLOAT16_LENGTH_CASES) and len(set(cases)) == len(cases)
     assert cases[0].implementation == "xlnet-tf"
-    lengths = [c for c in cases if c.task.startswith("lengths-")]
+    lengths = [c for c in cases if c.task.startswith("lengths-") and c.precision == "float32"]
     assert [(c.implementation, c.task, c.padding) for c in lengths] == list(LENGTH_CASES)
     for case in lengths:
         print(f"{case.label()}: batch {case.batch_size} (bound 32), sample {case.sample_size}, warm-up "
@@ -172,9 +174,9 @@ def test_plan_cases_defaults():
             continue
         assert "padding" not in case.to_dict() and "sample_size" not in case.to_dict()
         assert case.label() == f"{case.implementation} {case.task} T={case.seq_len} {case.precision}" + (
-            " xla" if case.xla else "")
+            f" {case.precision_mode}" if case.precision_mode else "") + (" xla" if case.xla else "")
         if case.implementation != "xlnet-tf":
-            assert case.precision == "float32", case.label()
+            assert case.precision == "float32" or case.implementation == "transformers", case.label()
     assert not [c for c in cases if c.implementation == "transformers" and c.xla]
     assert not [c for c in cases if c.implementation == "keras-hub" and c.task == "pretrain"]
     assert not [c for c in cases if c.implementation == "model-garden" and c.task == "finetune"]
@@ -188,6 +190,38 @@ def test_plan_cases_defaults():
     assert saved == {("inference", "float32", False), ("lengths-latency", "float32", False)}
     no_lengths = plan_cases(BenchmarkOptions(tasks=("inference",), implementations=("xlnet-tf", "transformers")))
     assert not [c for c in no_lengths if c.task.startswith("lengths-")]
+
+
+def test_plan_bfloat16_reference_cases():
+    """With bfloat16 among --precisions: transformers' inference and fine-tuning at seq_len (not at the long
+    length, not pretraining) also in bfloat16 weights and under autocast, and the lengths task's bfloat16
+    fine-tuning (ours by strata, transformers' dynamic padding under autocast); with float32 only, none."""
+    tasks = ("inference", "finetune", "pretrain", "lengths")
+    cases = plan_cases(BenchmarkOptions(tasks=tasks, implementations=("xlnet-tf", "transformers")))
+    reduced = [(c.implementation, c.task, c.seq_len, c.precision_mode, c.padding) for c in cases
+               if c.implementation == "transformers" and c.precision == "bfloat16"]
+    want = [("transformers", task, 128, mode, "") for task in ("inference", "finetune") for mode in ("weights", "autocast")]
+    want.append(("transformers", "lengths-finetune", 128, "autocast", "dynamic"))
+    print(f"transformers bfloat16 cases {reduced} (bound {want})")
+    assert reduced == want
+    ours = [(c.task, c.padding) for c in cases if c.implementation == "xlnet-tf" and c.task.startswith("lengths-")
+            and c.precision == "bfloat16"]
+    print(f"our bfloat16 lengths cases {ours} (bound [('lengths-finetune', 'buckets')])")
+    assert ours == [("lengths-finetune", "buckets")]
+    labels = {c.label() for c in cases if c.precision_mode}
+    for label in ("transformers inference T=128 bfloat16 weights", "transformers finetune T=128 bfloat16 autocast",
+                  "transformers lengths-finetune dynamic T=128 bfloat16 autocast"):
+        print(f"label {label!r} planned: {label in labels} (bound True)")
+        assert label in labels
+    for case in cases:
+        values = case.to_dict()
+        assert ("precision_mode" in values) == bool(case.precision_mode)
+        assert Case.from_dict(json.loads(json.dumps(values))) == case
+    float32_only = plan_cases(BenchmarkOptions(tasks=tasks, precisions=("float32",),
+                                               implementations=("xlnet-tf", "transformers")))
+    found = [c.label() for c in float32_only if c.precision != "float32" or c.precision_mode]
+    print(f"--precisions float32: reduced-precision cases {found} (bound none)")
+    assert not found
 
 
 def fabricated_results():
@@ -989,6 +1023,153 @@ def test_precision_comparison_targets_and_report(tmp_path, capsys):
     assert json.loads((tmp_path / "results.json").read_text())["precision"] == results["precision"]
 
 
+# /proc/cpuinfo flags of three CPUs: with AMX (Sapphire Rapids and later), AVX2 only, AVX-512 with AVX512_BF16.
+CPU_FLAG_SETS = {"amx": {"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"}, "avx2": {"avx2"},
+                 "avx512_bf16": {"avx2", "avx512f", "avx512_bf16"}}
+AMX_TARGETS = {"peak": "inference bfloat16 vs bfloat16 matmul peak (AMX CPU)",
+               "weights": "inference bfloat16 vs transformers bfloat16 weights (AMX CPU)",
+               "autocast": ("fine-tuning SST-2 lengths bfloat16, buckets vs transformers autocast dynamic padding "
+                            "(AMX CPU)"),
+               "one": "export bfloat16 vs float32 latency, one text (AMX CPU)",
+               "batch": "export bfloat16 vs float32 latency, batch (AMX CPU)"}
+
+
+def amx_options():
+    """The options of `fabricated_amx_results`' run."""
+    return BenchmarkOptions(size=SMALL, batch_size=2, seq_len=16, long_seq_len=0, xla_modes=(False,),
+                            tasks=("inference", "finetune", "lengths", "precision"),
+                            implementations=("xlnet-tf", "xlnet-tf-savedmodel", "transformers"),
+                            lengths_batch_size=4, precision_batch_size=4)
+
+
+def fabricated_amx_results(flags, fast):
+    """Rows of one run with bfloat16 as `summarize` makes them, batch 2 at T = 16, the matmul peaks float32 and
+    bfloat16 (the latter: our inference step's FLOPs in 0.15 s), on a CPU with `flags` (CPU_FLAG_SETS' names; None:
+    unknown).
+    `fast`: ours in bfloat16 0.2 s per inference step (75% of the peak), transformers with bfloat16 weights 0.4 s
+    (2x), our bfloat16 fine-tuning on lengths 64 examples/s against transformers' 32 under autocast (2x), the
+    bfloat16 export 40 / 300 ms against float32's 100 / 1,000 ms (0.4x / 0.3x): every AMX target met; else 0.3 s
+    (50%), 1.2x, 0.6x and 0.5x: none met."""
+    from xlnet_tf.benchmarks.flops import step_flops
+    from xlnet_tf.hardware import reported_flags
+
+    options = amx_options()
+    size = tuple(sorted(SMALL.items()))
+    inference_flops = step_flops(Case("xlnet-tf", "inference", 2, 16, size=size))
+    peaks = {"float32": inference_flops / 0.6 / 1e9, "bfloat16": inference_flops / 0.15 / 1e9}
+
+    def step(implementation, task, seconds, precision="float32", mode=""):
+        case = Case(implementation, task, 2, 16, precision, False, size, precision_mode=mode)
+        return summarize(case, {"status": "ok", "seconds": [seconds], "peak_mb": 1.0}, peaks)
+
+    def tune(implementation, padding, seconds, mode=""):
+        case = Case(implementation, "lengths-finetune", 4, 16, "bfloat16", size=size, padding=padding, sample_size=64,
+                    precision_mode=mode)
+        return summarize(case, {"status": "ok", "seconds": [seconds], "timed_examples": 64, "boundaries": [8, 16],
+                                "real_tokens_per_step": 40.0, "padded_tokens_per_step": 48.0}, peaks)
+
+    def export(precision, one, batch):
+        case = Case("xlnet-tf-savedmodel", "precision-latency", 4, 16, precision, size=size, batch_requests=2)
+        timing = {"one": {"p50_ms": one, "p99_ms": one, "requests": 2},
+                  "batch": {"p50_ms": batch, "p99_ms": batch, "requests": 2}}
+        return summarize(case, {
+            "status": "ok", "in_process": timing, "served": None, "served_error": "not served here",
+            "texts": {"one": {"text": "a b", "tokens": 14}, "batch": {"count": 4, "tokens_min": 12, "tokens_max": 14}},
+            "logits": [[1.0, -1.0]] * 4, "label_ids": [0] * 4, "weights_digest": "same", "device": "CPU",
+            "device_name": ""}, peaks)
+
+    rows = [step("xlnet-tf", "inference", 0.6), step("xlnet-tf", "inference", 0.2 if fast else 0.3, "bfloat16"),
+            step("xlnet-tf", "finetune", 2.0), step("xlnet-tf", "finetune", 1.0, "bfloat16"),
+            step("transformers", "inference", 0.8), step("transformers", "inference", 0.4, "bfloat16", "weights"),
+            step("transformers", "inference", 0.5, "bfloat16", "autocast"), step("transformers", "finetune", 3.0),
+            step("transformers", "finetune", 2.5, "bfloat16", "weights"),
+            step("transformers", "finetune", 2.0, "bfloat16", "autocast"),
+            tune("xlnet-tf", "buckets", 1.0), tune("transformers", "dynamic", 2.0 if fast else 1.2, "autocast"),
+            export("float32", 100.0, 1000.0), export("bfloat16", 40.0 if fast else 60.0, 300.0 if fast else 500.0)]
+    add_ratios(rows)
+    cpu_flags = None if flags is None else reported_flags(frozenset(CPU_FLAG_SETS[flags]))
+    return {"machine": {**machine_info(), "cpu_flags": cpu_flags}, "matmul_peak_gflops": peaks,
+            "matmul": {"status": "ok"}, "options": {**dataclasses.asdict(options), "xla_modes": [False]},
+            "rows": rows, "targets": evaluate_targets(rows, options, cpu_flags), "wall_s": 3.0,
+            "precision": suite.precision_comparison(rows)}
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_amx_targets_evaluated_on_amx(tmp_path, capsys, fast):
+    """On a CPU with amx_bf16 the AMX targets are judged against their bounds: all met (`fast`) or none; the
+    0.65x export target beside them is kept. The report's header says the AMX state, the step table tells
+    transformers' two bfloat16 modes apart and says what % peak divides by."""
+    results = fabricated_amx_results("amx", fast)
+    report.write(results, str(tmp_path))
+    printed = capsys.readouterr().out
+    targets = {t["target"]: t for t in results["targets"]}
+    want = {"peak": (0.75, 0.5), "weights": (2.0, 0.4 / 0.3), "autocast": (2.0, 1.2), "one": (0.4, 0.6),
+            "batch": (0.3, 0.5)}
+    for key, name in AMX_TARGETS.items():
+        target = targets[name]
+        bound = f"{'<=' if target['at_most'] else '>='} {target['bound']}"
+        check(f"{name}: value", target["value"], want[key][0 if fast else 1], rel=1e-9)
+        print(f"{name}: {target['met']} (bound {bound}: {'met' if fast else 'not met'}), evaluated "
+              f"{target['evaluated']} (bound True)")
+        assert target["met"] is fast and target["evaluated"] is True and "not evaluated" not in target["detail"]
+    bounds = {key: targets[name]["bound"] for key, name in AMX_TARGETS.items()}
+    print(f"bounds {bounds} (bound peak 0.6, weights 1.5, autocast 1.5, one text 0.5, batch 0.4)")
+    assert bounds == {"peak": 0.6, "weights": 1.5, "autocast": 1.5, "one": 0.5, "batch": 0.4}
+    kept = targets[PRECISION_TARGET]
+    print(f"{PRECISION_TARGET}: {kept['value']:.2f}, met {kept['met']} (bound <= {kept['bound']}: True)")
+    assert kept["bound"] == 0.65 and kept["met"] is True
+    rows = {r["label"]: r for r in results["rows"]}
+    weights = rows["transformers inference T=16 bfloat16 weights"]
+    check("transformers bfloat16 weights % peak (0.15 s of peak in 0.4 s, over the bfloat16 peak)",
+          weights["peak_fraction"], 0.375, rel=1e-9)
+    check("transformers float32 % peak (0.6 s of peak in 0.8 s, over the float32 peak)",
+          rows["transformers inference T=16 float32"]["peak_fraction"], 0.75, rel=1e-9)
+    markdown = report.format_markdown(results)
+    for line in ("- AMX: amx_tile yes, amx_bf16 yes: the AMX targets are evaluated",
+                 "| transformers | inference | 16 | bfloat16 weights | no |",
+                 "| transformers | inference | 16 | bfloat16 autocast | no |",
+                 "| transformers | finetune | 16 | bfloat16 weights | no |",
+                 "| xlnet-tf | lengths-finetune | buckets bfloat16 | 4 | 16 | 8,16 | 64.0 |",
+                 "| transformers | lengths-finetune | dynamic bfloat16 autocast | 4 | 16 | 8,16 |",
+                 report.PEAK_NOTE):
+        print(f"report has {line[:90]!r}: {line in markdown} (bound True)")
+        assert line in markdown, line
+    verdict = "MET         " if fast else "NOT MET     "
+    for name in AMX_TARGETS.values():
+        assert f"{verdict} {name}:" in printed, name
+    assert "bfloat16 fine-tuning rows (bfloat16 in --precisions)" in markdown
+
+
+@pytest.mark.parametrize("flags, reason", [("avx2", "neither amx_bf16 nor avx512_bf16"),
+                                           ("avx512_bf16", "avx512_bf16 but not amx_bf16"),
+                                           (None, "instruction sets are unknown")])
+def test_amx_targets_not_evaluated_elsewhere(flags, reason):
+    """Without amx_bf16 (an AVX2 CPU, an AVX512_BF16 one, flags unknown) the AMX targets are NOT EVALUATED with
+    the reason and what was measured; the 0.65x export target is still judged on AVX512_BF16. Without the rows
+    (no bfloat16 asked), "not measured" besides."""
+    results = fabricated_amx_results(flags, fast=True)
+    targets = {t["target"]: t for t in results["targets"]}
+    for name in AMX_TARGETS.values():
+        target = targets[name]
+        print(f"{name}: met {target['met']} (bound None), evaluated {target['evaluated']} (bound False), detail "
+              f"{target['detail'][:100]!r} (bound starts 'not evaluated', has {reason!r}), value {target['value']} "
+              f"(bound measured)")
+        assert target["met"] is None and target["evaluated"] is False and target["value"] is not None
+        assert target["detail"].startswith("not evaluated: ") and reason in target["detail"]
+    kept = targets[PRECISION_TARGET]
+    print(f"{PRECISION_TARGET}: met {kept['met']} (bound True on avx512_bf16, else None)")
+    assert kept["met"] is (True if flags == "avx512_bf16" else None)
+    markdown = report.format_markdown(results)
+    state = ("- AMX: unknown (no /proc/cpuinfo)" if flags is None else
+             "- AMX: amx_tile no, amx_bf16 no: the AMX targets are NOT EVALUATED")
+    print(f"report has {state!r}: {state in markdown} (bound True)")
+    assert state in markdown and markdown.count("NOT EVALUATED") >= len(AMX_TARGETS)
+    unplanned = {t["target"]: t for t in evaluate_targets([], amx_options(), results["machine"]["cpu_flags"])}
+    for name in AMX_TARGETS.values():
+        print(f"{name} without rows: {unplanned[name]['detail'][-90:]!r} (bound value None, 'not measured')")
+        assert unplanned[name]["value"] is None and "not measured" in unplanned[name]["detail"]
+
+
 # Relative error of the tiny random classifier's logits on the batch against the float32 export (max |diff| /
 # max |float32 logit|): bfloat16 keeps 8 bits of mantissa, float16 11.
 PRECISION_ERROR_BOUNDS = {"bfloat16": 6e-2, "float16": 1e-2}
@@ -1078,8 +1259,10 @@ def test_precision_run_in_process(monkeypatch, tmp_path):
     assert len(table) == 5 and "Export precisions:" in markdown and markdown.count("not measured (") == 1
     assert "| tokens/s |" not in markdown
     # the bfloat16 target is judged where bfloat16 is native (float16, not run here, on GPUs only)
-    print(f"report says NOT EVALUATED: {'NOT EVALUATED' in markdown} (bound: {not native}, not native bfloat16)")
-    assert ("NOT EVALUATED" in markdown) is (not native)
+    (line,) = [line for line in markdown.splitlines() if PRECISION_TARGET in line]
+    print(f"report's 0.65x target says NOT EVALUATED: {'NOT EVALUATED' in line} (bound: {not native}, not native "
+          f"bfloat16)")
+    assert ("NOT EVALUATED" in line) is (not native)
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["precision"] == results["precision"] and len(saved["rows"][0]["logits"]) == 4
 

@@ -16,6 +16,8 @@ CPUINFO = "/proc/cpuinfo"
 # Instruction sets reported beside benchmark figures (their /proc/cpuinfo names).
 REPORTED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 NATIVE_BFLOAT16 = ("avx512_bf16", "amx_bf16")
+# Intel's AMX: tile registers, and bfloat16 matmuls on them (several times AVX512_BF16's rate).
+AMX_FLAGS = ("amx_tile", "amx_bf16")
 
 
 def cpu_flags(cpuinfo=CPUINFO):

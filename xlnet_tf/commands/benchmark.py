@@ -85,10 +85,15 @@ def add_benchmark_arguments(parser):
                             "latency for one text of --seq-len - 2 pieces and for a batch of --precision-batch-size, "
                             "in process and served, against float32, with the logits' relative error and the "
                             "share of equal labels; target: bfloat16 p50 (batch, in process) <= 0.65x float32's, "
-                            "evaluated on CPUs with avx512_bf16 or amx_bf16 and on GPUs (float16: on GPUs); "
+                            "evaluated on CPUs with avx512_bf16 or amx_bf16 and on GPUs (float16: on GPUs), and on "
+                            "CPUs with amx_bf16 also one text <= 0.5x and the batch <= 0.4x; "
                             "generate (not by default): greedy tokens/s after one prompt of 128, 512 and 1,024 tokens "
                             "(128 new), against transformers' XLNetLMHeadModel.generate at 128; target >= 5x")
-    parser.add_argument("--precisions", default="float32,bfloat16", help="of xlnet-tf (references: float32)")
+    parser.add_argument("--precisions", default="float32,bfloat16",
+                       help="of xlnet-tf; references in float32, and with bfloat16 transformers' inference and "
+                            "fine-tuning also in bfloat16 weights and under autocast, and the lengths task's "
+                            "fine-tuning (ours by length strata, transformers' under autocast) in bfloat16; "
+                            "the AMX targets on these are evaluated on CPUs with amx_bf16 only")
     parser.add_argument("--xla", default="both", choices=("both", "on", "off"))
     parser.add_argument("--implementations", default="xlnet-tf,xlnet-tf-savedmodel,keras-hub,model-garden,transformers",
                        help="references that are not installed are reported as missing")
