@@ -267,9 +267,9 @@ class BatchScheduler:
             for task in tasks:
                 task.error = error
         except Exception as error:  # noqa: BLE001 - reported to every request of the batch
-            log.exception("batch failed")
+            failure = errors.internal(error, "a batch")
             for task in tasks:
-                task.error = errors.ServingError("INTERNAL", f"batch failed: {error}")
+                task.error = failure
         finally:
             self.stats.record(len(tasks), rows, padding)
             if self.metrics is not None:

@@ -237,7 +237,11 @@ def add_serve_arguments(parser):
                         help="seconds between looks for new model versions (default 1; TF Serving: "
                              "file_system_poll_wait_seconds)")
     parser.add_argument("--max-request-bytes", type=_size, default=None,
-                        help="largest request accepted (gRPC message / REST body; default 64MB)")
+                        help="largest request accepted (gRPC message / REST body; default 64MB), and the most "
+                             "bytes its tensors may hold once decoded")
+    parser.add_argument("--max-request-elements", type=_positive_int, default=None,
+                        help="the most elements a request's tensors may hold together (default 4194304: 8192 rows "
+                             "of 512 ids, or 4M texts); more is refused with RESOURCE_EXHAUSTED")
     parser.add_argument("--grace-period", type=float, default=30.0,
                         help="seconds running requests get to finish on SIGTERM/SIGINT")
     parser.add_argument("--drain-timeout", type=float, default=None,
@@ -291,6 +295,7 @@ OUR_FLAGS = (
     ("host", _set("host"), False), ("enable_batching", _set("enable_batching"), False),
     ("batching_parameters_file", _set("batching_parameters_file"), False),
     ("poll_interval", _set("poll_interval"), False), ("max_request_bytes", _set("max_request_bytes"), False),
+    ("max_request_elements", _set("max_request_elements"), False),
     ("drain_timeout", _set("drain_timeout"), False), ("grpc_max_workers", _set("grpc_max_threads"), False),
     ("rest_body_timeout", _set("rest_body_timeout"), False),
     ("enable_reload_config", _set("enable_reload_config"), False),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import errors, inference
+from . import errors, gate, inference
 from .deadline import NONE
 from .methods import DEFAULT_SIGNATURE
 
@@ -20,6 +20,7 @@ class ServerCore:
         self.metrics = metrics  # monitoring.Metrics, counted by the front ends (None: not monitored)
         self.options = options
         self.request_log = request_log
+        self.limits = gate.Limits.of(options)
 
     def count(self, model_name, api, entrypoint, status, seconds):
         """A finished request, for monitoring."""
@@ -45,7 +46,7 @@ class ServerCore:
                 if name not in servable.signatures:
                     raise errors.invalid_argument(f'Serving signature name: "{name}" not found in signature def')
                 arrays = arrays(servable.signatures[name])
-            prepared = servable.prepare(signature_name or DEFAULT_SIGNATURE, arrays, output_filter)
+            prepared = servable.prepare(signature_name or DEFAULT_SIGNATURE, arrays, output_filter, self.limits)
             return handle.version, prepared.signature_name, self._run(model_name, handle, prepared, deadline)
 
     def infer(self, model_name, version, label, tasks, examples, deadline=NONE, input_first=False):
@@ -56,7 +57,8 @@ class ServerCore:
 
         As in TensorFlow Serving, the model is looked up first (an unknown model is NOT_FOUND whatever the
         input), then the signatures are checked, then the input is read (`examples()`); with `input_first`
-        (REST: its body), the input is read before the signatures are checked."""
+        (REST: its body), the input is read before the signatures are checked. An xlnet-tf export's Examples are
+        all checked (gate.check_examples) before the first runs."""
         with self.manager.acquire(model_name, version, label) as handle:
             servable = handle.servable
             if input_first and callable(examples):
@@ -67,9 +69,13 @@ class ServerCore:
                 checked = [inference.classify_regress_task(method, name, servable.signatures) for method, name in tasks]
             if callable(examples):
                 examples = examples()
+            # an xlnet-tf export names the features it reads: every Example is checked before any task runs
+            features = (servable.export_metadata or {}).get("example_features")
+            if isinstance(features, list) and features and all(isinstance(f, str) for f in features):
+                gate.check_examples(examples, features)
             results = []
             for method, name, input_alias, output_aliases in checked:
-                prepared = servable.prepare(name, {input_alias: examples}, output_aliases)
+                prepared = servable.prepare(name, {input_alias: examples}, output_aliases, self.limits)
                 outputs = self._run(model_name, handle, prepared, deadline)
                 results.append((name, inference.RESULTS[method](outputs, len(examples))))
             return handle.version, results

@@ -7,7 +7,12 @@ HTTP statuses with TensorFlow Serving's table (`http_server.cc`, ToHTTPStatusCod
 
 from __future__ import annotations
 
+import logging
+import uuid
+
 import grpc
+
+log = logging.getLogger("xlnet_tf.serving")
 
 # TensorFlow Serving truncates messages at 1024 characters (grpc_status_util.cc); so do we.
 MAX_MESSAGE_CHARS = 1024
@@ -90,3 +95,12 @@ def failed_precondition(message):
 
 def resource_exhausted(message):
     return ServingError(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+
+
+def internal(error, what):
+    """INTERNAL for a fault of the server itself while it answered `what` ("REST POST /v1/..."): `error`'s traceback
+    goes to the log under an incident id, which the client gets instead of Python's words."""
+    incident = uuid.uuid4().hex[:12]
+    log.error("%s failed (incident %s)", what, incident, exc_info=(type(error), error, error.__traceback__))
+    return ServingError(grpc.StatusCode.INTERNAL, f"the server failed on this request (incident {incident} in its "
+                        "log)")

@@ -5,7 +5,6 @@ generated servicer bases. A successful Predict / Classify / Regress / MultiInfer
 
 from __future__ import annotations
 
-import logging
 import time
 
 from google.protobuf import struct_pb2
@@ -26,9 +25,8 @@ from .methods import (CLASSIFY_METHOD, DEFAULT_SIGNATURE, EXPORT_METADATA_FIELD,
                       REGRESS_METHOD, SIGNATURE_DEF_FIELD)
 from .request_log import prediction_log
 from .status import status_response
-from .tensors import from_ndarray, to_ndarray
+from .tensors import from_ndarray, to_ndarrays
 
-log = logging.getLogger("xlnet_tf.serving")
 
 
 def _spec(model_spec):
@@ -55,9 +53,8 @@ def answered(core, context, api, model_name, run):
         status = error.code.name
         _abort(context, error)
     except Exception as error:  # noqa: BLE001 - answer INTERNAL, keep serving
-        log.exception("%s failed", api)
         status = "INTERNAL"
-        _abort(context, errors.ServingError("INTERNAL", f"{type(error).__name__}: {error}"))
+        _abort(context, errors.internal(error, f"gRPC {api}"))
     finally:
         core.count(model_name, api, "GRPC", status, time.monotonic() - began)
 
@@ -75,11 +72,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             if not request.HasField("model_spec"):
                 raise errors.invalid_argument("Missing ModelSpec")
             name, version, label = _spec(request.model_spec)
-            limit = self.core.options.max_request_bytes if self.core.options is not None else None
-            arrays = {alias: to_ndarray(tensor, limit) for alias, tensor in request.inputs.items()}
-            if limit is not None and sum(a.nbytes for a in arrays.values()) > limit:
-                raise errors.resource_exhausted(f"the request's tensors decode to more than {limit} bytes "
-                                                "(max_request_bytes)")
+            limits = self.core.limits
+            arrays = to_ndarrays(request.inputs, limits.elements, limits.bytes)
             served, signature, outputs = self.core.predict(
                 name, version, label, request.model_spec.signature_name, arrays, tuple(request.output_filter),
                 client_deadline(context))

@@ -593,7 +593,6 @@ class HttpServer:
             try:
                 answer = self.handler(request)
             except BaseException as error:  # noqa: BLE001 - a worker answers whatever happens
-                log.exception("REST request failed")
-                answer = Answer.error(errors.ServingError("INTERNAL", f"{type(error).__name__}: {error}"))
+                answer = Answer.error(errors.internal(error, "REST request"))
             self._finished.put((conn, answer))
             self._wake()

@@ -14,6 +14,7 @@ import os
 from xlnet_tf.errors import UserError
 
 DEFAULT_MAX_REQUEST_BYTES = 64 << 20  # gRPC's own default is 4 MiB
+DEFAULT_MAX_REQUEST_ELEMENTS = 1 << 22  # a request's tensors together: 8,192 rows of 512 ids, or 4M texts
 DEFAULT_MAX_RESPONSE_BYTES = (1 << 31) - 1  # like tensorflow_model_server (INT_MAX)
 LEAST_GRPC_MAX_THREADS = 64  # xlnet-tf serve's default cap never goes below its default of earlier releases
 
@@ -63,7 +64,9 @@ class ServerOptions:
     None: `default_grpc_max_threads` of the batching and the models, set when the ModelServer is made),
     `rest_api_num_threads` (REST requests handled at once; more answered 503 at once),
     `rest_api_timeout_in_ms` (a REST request's deadline, 504 past it), `rest_body_timeout` (seconds to receive a
-    REST request's line, headers and body in all: 408 past it), `max_request_bytes` / `max_response_bytes`, `drain_timeout`.
+    REST request's line, headers and body in all: 408 past it), `max_request_bytes` / `max_response_bytes` (a
+    request's message or body, and the bytes its tensors hold once decoded), `max_request_elements` (the elements
+    its tensors hold together; serving/gate.py), `drain_timeout`.
 
     Serving them: `batching` (a BatchingConfig, None without batching; set from the batching fields above),
     `poll_interval` (seconds between looks for new versions), `model_config_file_poll_wait_seconds` (re-read the
@@ -133,6 +136,8 @@ class ServerOptions:
     request_log_max_file_seconds: float = 600.0
     request_log_queue_size: int = 1024
     request_log_queue_bytes: int = 256 << 20
+    # A request's tensors together hold at most this many elements (serving/gate.py; RESOURCE_EXHAUSTED beyond).
+    max_request_elements: int = DEFAULT_MAX_REQUEST_ELEMENTS
 
     def replace(self, **changes) -> "ServerOptions":
         return dataclasses.replace(self, **changes)

@@ -46,11 +46,10 @@ server (http_server.py) adds the headers (`RestHandler.cors_headers`) to the ans
 
 from __future__ import annotations
 
-import logging
 import re
 import urllib.parse
 
-from . import errors, inference, v2_rest
+from . import errors, gate, inference, v2_rest
 from .http_messages import Answer
 from .json_reader import MAX_JSON_DEPTH
 from .methods import CLASSIFY_METHOD, REGRESS_METHOD
@@ -58,7 +57,6 @@ from .request_log import rest_infer_log, rest_predict_log
 from .rest_json import format_outputs, message_to_dict, parse_predict_body, request_object, signature_name_of
 from .status import status_response
 
-log = logging.getLogger("xlnet_tf.serving")
 
 CORS_HEADERS = (("Access-Control-Allow-Origin", "*"), ("Access-Control-Allow-Methods", "POST, GET"),
                 ("Access-Control-Allow-Headers", "Content-Type"))
@@ -69,7 +67,6 @@ _VERSION = r"(?:/versions/(?P<version>[0-9]+)|/labels/(?P<label>[^/:]+))?"
 _PREDICT_PATH = re.compile(r"/v1/models/(?P<name>[^/:]+)" + _VERSION + r":(?P<verb>classify|regress|predict)", _FLAGS)
 _STATUS_PATH = re.compile(r"/v1/models(?:/(?P<name>[^/:]+))?" + _VERSION + r"(?:/(?P<sub>metadata))?", _FLAGS)
 _VERBS = ("predict", "classify", "regress")
-_INT64_MAX = (1 << 63) - 1
 _ORIGIN = re.compile(r"https?://")
 
 
@@ -88,11 +85,7 @@ def _decode(text, what):
 def _model_spec(match):
     """A path match -> (name, version or None, label or None), decoded and checked as TensorFlow Serving."""
     name = _decode(match["name"], "model name") if match["name"] else ""
-    version = None
-    if match["version"]:
-        version = int(match["version"])
-        if version > _INT64_MAX:
-            raise errors.invalid_argument(f"Failed to convert version: {match['version']} to numeric.")
+    version = gate.version_number(match["version"]) if match["version"] else None
     label = _decode(match["label"], "model version label") if match["label"] else None
     return name, version, label
 
@@ -167,8 +160,7 @@ class RestHandler:
             return Answer.error(errors.invalid_argument(
                 f"the request nests arrays and objects too deeply (at most {MAX_JSON_DEPTH})"))
         except Exception as error:  # noqa: BLE001
-            log.exception("REST %s %s failed", method, request.target)
-            return Answer.error(errors.ServingError("INTERNAL", f"{type(error).__name__}: {error}"))
+            return Answer.error(errors.internal(error, f"REST {method} {request.path}"))
 
     def _api(self, request):
         """An API request -> its JSON answer (ServingError for an error answer)."""
@@ -223,8 +215,7 @@ class RestHandler:
         except errors.ServingError as error:
             return Answer.error(error)
         except Exception as error:  # noqa: BLE001
-            log.exception("REST %s %s failed", method, request.target)
-            return Answer.error(errors.ServingError("INTERNAL", f"{type(error).__name__}: {error}"))
+            return Answer.error(errors.internal(error, f"REST {method} {request.path}"))
 
     def _predict(self, request, name, version, label, body=None):
         """A predict request (its body parsed here unless given) -> TensorFlow Serving's JSON answer."""

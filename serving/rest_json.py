@@ -17,7 +17,7 @@ from google.protobuf import json_format
 
 from . import errors
 from .json_reader import debug_string, json_type, load_json
-from .tensors import DT, ndarray_to_json, numpy_dtype
+from .tensors import DT, ndarray_to_json, numpy_dtype, wire_shape
 
 
 def message_to_dict(message):
@@ -74,8 +74,10 @@ def _type_error(value, dtype):
                                    f"expected type: {_type_name(dtype)}")
 
 
-_INT_RANGES = {DT.DT_INT32: (-(1 << 31), (1 << 31) - 1), DT.DT_INT16: (-(1 << 31), (1 << 31) - 1),
-               DT.DT_INT8: (-(1 << 31), (1 << 31) - 1), DT.DT_UINT8: (-(1 << 31), (1 << 31) - 1),
+# Each integer type's own range (TensorFlow Serving takes any int32 for int8, int16 and uint8 and lets TensorFlow
+# wrap it; here a value outside its type is refused, as over gRPC).
+_INT_RANGES = {DT.DT_INT32: (-(1 << 31), (1 << 31) - 1), DT.DT_INT16: (-(1 << 15), (1 << 15) - 1),
+               DT.DT_INT8: (-(1 << 7), (1 << 7) - 1), DT.DT_UINT8: (0, (1 << 8) - 1),
                DT.DT_INT64: (-(1 << 63), (1 << 63) - 1), DT.DT_UINT32: (0, (1 << 32) - 1),
                DT.DT_UINT64: (0, (1 << 64) - 1)}
 
@@ -142,14 +144,13 @@ def _fill(value, shape, dtype, leaves):
         stack.extend((child, level + 1) for child in reversed(node))
 
 
-def _array(leaves, shape, dtype):
+def _array(leaves, shape, dtype, name):
+    wire_shape(shape, f"input '{name}'")  # a JSON value nested deeper than a tensor's rank may be
     np_dtype = numpy_dtype(dtype)
     if dtype == DT.DT_STRING:
         flat = np.empty(len(leaves), dtype=object)
         flat[:] = leaves
         return flat.reshape(shape)
-    if dtype in _INT_RANGES and dtype not in (DT.DT_INT64, DT.DT_UINT32, DT.DT_UINT64):
-        return np.array(leaves, dtype=np.int64).astype(np_dtype).reshape(shape)  # int_val, cast as TensorFlow does
     return np.array(leaves, dtype=np_dtype).reshape(shape)
 
 
@@ -209,14 +210,14 @@ def _from_instances(rows, infos):
             except errors.ServingError as error:
                 raise errors.invalid_argument(f"Failed to process element: {index} of 'instances' list. Error: "
                                               f"{_status_text(error)}") from None
-    return {name: _array(state.leaves[name], [len(rows)] + state.shapes[name], infos[name].dtype)
+    return {name: _array(state.leaves[name], [len(rows)] + state.shapes[name], infos[name].dtype, name)
             for name in state.leaves}
 
 
-def _column(value, info):
+def _column(value, info, name):
     shape, leaves = _dense_shape(value), []
     _fill(value, shape, info.dtype, leaves)
-    return _array(leaves, shape, info.dtype)
+    return _array(leaves, shape, info.dtype, name)
 
 
 def parse_predict_body(body, signature, signature_name=""):
@@ -243,12 +244,12 @@ def parse_predict_body(body, signature, signature_name=""):
             raise errors.invalid_argument("inputs is a plain value/list, but expecting an object as multiple input "
                                           "tensors required as per tensorinfo_map")
         name = sorted(infos)[0]
-        return {name: _column(value, infos[name])}, False
+        return {name: _column(value, infos[name], name)}, False
     arrays = {}
     for name in sorted(infos):
         if name not in value:
             raise errors.invalid_argument(f"Missing named input: {name} in 'inputs' object.")
-        arrays[name] = _column(value[name], infos[name])
+        arrays[name] = _column(value[name], infos[name], name)
     return arrays, False
 
 

@@ -5,17 +5,17 @@ This is what TensorFlow Serving's C++ server does with a SavedModel bundle: load
 variables and runs the init op, e.g. vocabulary tables), then feed and fetch tensors by the names the
 SignatureDef gives. `tensorflow_text` is imported first so its ops are registered.
 
-Request checks (before anything runs): every signature input is present (or has a default) and nothing
-else is sent; dtypes match exactly; DT_STRING inputs of predict signatures are valid UTF-8 unless their alias
-ends in `_bytes` (TF Serving's REST convention for binary strings); output_filter names exist and are not
-repeated. Shapes are not compared with the SignatureDef's, as in TensorFlow Serving: the graph decides, and
-its error comes back as the request's status.
+Request checks (before anything runs): the gate's (gate.checked_inputs: names, dtypes, UTF-8 text, shapes
+against the SignatureDef, the request's elements and bytes), then output_filter names exist and are not
+repeated. What the graph checks beyond them comes back as the request's status; a run in pieces (below) says
+which rows of the request the piece that failed held.
 
 Deadlines: a run with a deadline whose inputs share dim 0 and whose outputs all have a known size beyond dim
-0 (so that parts concatenate) runs in pieces of rows that each take about `PIECE_SECONDS` (from this signature's time
-per row on its earlier runs, warmup included; a request shorter than that is one piece), and is abandoned between pieces once the deadline passes: a Session cannot stop a
-function call of these exports once it runs (RunOptions.timeout_in_ms is checked between ops, and a
-SavedModel signature is one op), so this bounds what an abandoned request keeps using to one piece.
+0 (so that parts concatenate) runs in pieces of rows that each take about `PIECE_SECONDS` (from this
+signature's time per row on its earlier runs, warmup included; a request shorter than that is one piece), and is
+abandoned between pieces once the deadline passes: a Session cannot stop a function call of these exports once
+it runs (RunOptions.timeout_in_ms is checked between ops, and a SavedModel signature is one op), so this bounds
+what an abandoned request keeps using to one piece.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import time
 
 import numpy as np
 
-from . import errors, inference
+from . import errors, gate, inference
 from .deadline import NONE
 from .methods import CLASSIFY_METHOD, DEFAULT_SIGNATURE, PREDICT_METHOD, REGRESS_METHOD
-from .tensors import dtype_name, dtype_of, numpy_dtype, shape_of, to_ndarray
+from .tensors import shape_of, to_ndarray
 
 log = logging.getLogger("xlnet_tf.serving")
 
@@ -139,21 +139,14 @@ class Servable:
             # TensorFlow Serving's code and wording (predict_util.cc).
             raise errors.failed_precondition(f'Serving signature key "{name}" not found.') from None
 
-    def prepare(self, signature_name, inputs, output_filter=()) -> Prepared:
-        """Checks a request against the SignatureDef (see the module docstring) -> Prepared."""
+    def prepare(self, signature_name, inputs, output_filter=(), limits=gate.DEFAULT_LIMITS) -> Prepared:
+        """Checks a request against the SignatureDef and `limits` (gate.checked_inputs) -> Prepared."""
         name, signature = self.signature(signature_name)
         if signature.method_name not in ("", PREDICT_METHOD, CLASSIFY_METHOD, REGRESS_METHOD):
             raise errors.ServingError("INTERNAL", f"signature {name!r} has method_name "
                                       f"{signature.method_name!r}, which Predict cannot run")
-        _check_input_names(signature, inputs)
-        arrays = {}
-        for alias in sorted(signature.inputs):
-            info = signature.inputs[alias]
-            if alias in inputs:
-                array = self._check_input(name, signature, alias, info, inputs[alias])
-            else:
-                array = to_ndarray(signature.defaults[alias])
-            arrays[alias] = array
+        text_inputs = self.validate_utf8 and signature.method_name in ("", PREDICT_METHOD)
+        arrays = gate.checked_inputs(name, signature, inputs, limits, text_inputs)
         outputs = tuple(output_filter) if output_filter else tuple(sorted(signature.outputs))
         seen = set()
         for alias in outputs:
@@ -167,28 +160,6 @@ class Servable:
         sizes = {a.shape[0] if a.ndim else None for a in arrays.values()}
         batch = sizes.pop() if len(sizes) == 1 else None
         return Prepared(name, arrays, outputs, batch)
-
-    def _check_input(self, signature_name, signature, alias, info, array):
-        dtype = info.dtype
-        np_dtype = numpy_dtype(dtype)
-        got = dtype_of(array)
-        if got != dtype:
-            raise errors.invalid_argument(
-                f"input '{alias}' of signature {signature_name!r} expects {dtype_name(dtype)} but the "
-                f"request has {dtype_name(got) if got is not None else array.dtype}")
-        if dtype == 7 and self.validate_utf8 and not alias.endswith("_bytes") \
-                and signature.method_name in ("", PREDICT_METHOD):
-            for index, value in enumerate(array.reshape(-1).tolist()):
-                try:
-                    value.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    raise errors.invalid_argument(
-                        f"input '{alias}' element {index} is not valid UTF-8 ({error.reason} at byte "
-                        f"{error.start}); text inputs must be UTF-8 (send binary data in an input "
-                        "named *_bytes)") from None
-        if np_dtype is not None and np_dtype is not np.object_ and array.dtype != np_dtype:
-            array = array.astype(np_dtype)
-        return array
 
     def run(self, prepared: Prepared, inputs=None, deadline=NONE):
         """Runs the signature on `inputs` (default: the prepared ones) -> {output alias: ndarray}; with a
@@ -214,7 +185,13 @@ class Servable:
             wanted = FIRST_PIECE_ROWS if seconds is None else max(1, int(PIECE_SECONDS / max(seconds, 1e-9)))
             size = min(wanted, rows - start, wanted if size is None else 2 * size)  # grows at most 2x a piece
             piece = {a: inputs[a][start:start + size] for a in aliases}
-            parts.append(self._timed(key, function, piece, aliases, size))
+            try:
+                parts.append(self._timed(key, function, piece, aliases, size))
+            except errors.ServingError as error:  # the graph counts rows from the piece's first
+                if size == rows:
+                    raise
+                raise errors.ServingError(error.code, f"rows {start} to {start + size - 1} of the request of "
+                                          f"{rows}: {error.message}") from None
             self.pieces_run += 1
             start += size
         if len(parts) == 1:
@@ -308,28 +285,6 @@ class Servable:
                         "regress_log",
                         self.name, self.version, skipped)
         return self.warmup_requests_run
-
-
-def _check_input_names(signature, inputs):
-    """TensorFlow Serving's checks of a request's input names, in its order and words (predict_util.cc
-    VerifyRequestInputsSize, then TensorFlow's saved_model GetInputValues)."""
-    sent, expected = sorted(inputs), sorted(signature.inputs)
-    defaults = sorted(signature.defaults) if hasattr(signature, "defaults") else []
-    if len(sent) > len(expected) or (len(sent) < len(expected) and not defaults):
-        raise errors.invalid_argument(
-            f"input size does not match signature: {len(sent)}!={len(expected)} len({{{','.join(sent)}}}) != "
-            f"len({{{','.join(expected)}}}). Sent extra: {{{','.join(sorted(set(sent) - set(expected)))}}}. "
-            f"Missing but required: {{{','.join(sorted(set(expected) - set(sent)))}}}.")
-    for alias in expected:
-        if alias not in inputs and alias not in defaults:
-            raise errors.invalid_argument(
-                f"Signature input alias: {alias}(feed name: {signature.inputs[alias].name}) not found in request and "
-                f"no default value provided. Inputs expected to be in the request {{{','.join(sent)}}}, or default "
-                f"input alias set: {','.join(defaults)}")
-    used = [alias for alias in sent if alias in signature.inputs]
-    if sent and len(used) != len(sent):
-        raise errors.invalid_argument(f"Inputs contains invalid name. Used request inputs: {','.join(used)}, request "
-                                      f"input: {','.join(sent)}")
 
 
 def _common_rows(inputs):

@@ -32,6 +32,10 @@ _FIELD = {
     DT.DT_UINT64: "uint64_val", DT.DT_BOOL: "bool_val", DT.DT_STRING: "string_val",
 }
 _FROM_NUMPY = {np.dtype(v): k for k, v in _NUMPY.items() if v is not np.object_}
+INTEGER_DTYPES = frozenset((DT.DT_INT8, DT.DT_INT16, DT.DT_INT32, DT.DT_INT64, DT.DT_UINT8, DT.DT_UINT16,
+                            DT.DT_UINT32, DT.DT_UINT64))
+MAX_RANK = 32  # TensorFlow's feed of a string tensor with more dimensions crashes the process (a segfault)
+INT64_MAX = (1 << 63) - 1
 
 
 def dtype_of(array):
@@ -60,58 +64,118 @@ def shape_of(proto_shape):
     return [d.size for d in proto_shape.dim]
 
 
-def to_ndarray(proto, limit_bytes=None) -> np.ndarray:
-    """TensorProto -> numpy (object arrays of bytes for DT_STRING). `limit_bytes`: RESOURCE_EXHAUSTED, before
-    anything is allocated, for a numeric tensor that would decode to more (a small message can declare a
-    huge shape with one value, which fills it)."""
+def shape_text(shape):
+    """Dims as TensorFlow Serving prints a shape: "[2,3]"."""
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def wire_shape(shape, where, max_elements=None):
+    """The dims a request states for a tensor (TensorProto dims, a v2 `shape`, a JSON value's nesting; `where`
+    names it: "input 'text'") -> a list of ints, checked before the tensor is built: INVALID_ARGUMENT for more
+    than MAX_RANK dims or a dim that is not a whole number >= 0, RESOURCE_EXHAUSTED for a shape that could hold
+    more than `max_elements` (zero dims counted as one: `[0, 2**62]` is refused, not built; None: any number, for
+    shapes of values already in memory)."""
+    if not isinstance(shape, (list, tuple)):
+        raise invalid_argument(f"{where}: shape must be a list of whole numbers >= 0, got {str(shape)[:200]}")
+    if len(shape) > MAX_RANK:
+        raise invalid_argument(f"{where} has {len(shape)} dimensions; a request tensor has at most {MAX_RANK}")
+    dims = []
+    for dim in shape:
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 0:
+            raise invalid_argument(f"{where}: shape must be a list of whole numbers >= 0, got "
+                                   f"{shape_text(shape)[:200]}")
+        dims.append(int(dim))
+    if max_elements is not None and math.prod(max(d, 1) for d in dims) > max_elements:
+        raise resource_exhausted(f"{where} has shape {shape_text(dims)}, more than the {max_elements} elements a "
+                                 "request may hold (--max-request-elements)")
+    return dims
+
+
+def integers_in_range(values, dtype, where):
+    """`values` (Python ints) as an array of integer DataType `dtype`; INVALID_ARGUMENT when one lies outside the
+    type's range (nothing is wrapped)."""
+    np_dtype = np.dtype(_NUMPY[dtype])
+    info = np.iinfo(np_dtype)
+    for value in values:
+        if not info.min <= value <= info.max:
+            raise invalid_argument(f"{where}: value {value} is outside the range of {dtype_name(dtype)} "
+                                   f"[{info.min}, {info.max}]")
+    return np.asarray(values, dtype=np_dtype)
+
+
+def to_ndarray(proto, max_elements=1 << 62, where="a request tensor") -> np.ndarray:
+    """TensorProto -> numpy (object arrays of bytes for DT_STRING), checked before anything is allocated
+    (`wire_shape`: a small message can declare a huge shape with one value, which fills it) and refusing
+    integer values outside their dtype."""
     if proto.tensor_shape.unknown_rank:
-        raise invalid_argument("a request tensor has an unknown rank")
-    shape = [d.size for d in proto.tensor_shape.dim]
-    if any(s < 0 for s in shape):
-        raise invalid_argument(f"a request tensor has a negative dimension: {shape}")
+        raise invalid_argument(f"{where} has an unknown rank")
+    shape = wire_shape([d.size for d in proto.tensor_shape.dim], where, max_elements)
     count = math.prod(shape)
     dtype = proto.dtype
-    if limit_bytes is not None and dtype != DT.DT_STRING:
-        itemsize = np.dtype(_NUMPY[dtype]).itemsize if dtype in _NUMPY else 16
-        if count * itemsize > limit_bytes:
-            raise resource_exhausted(f"a {dtype_name(dtype)} tensor of shape {shape} would decode to "
-                                     f"{count * itemsize} bytes, more than the limit of {limit_bytes} bytes "
-                                     "(max_request_bytes)")
     if dtype not in _NUMPY:
         import tensorflow as tf  # rare dtypes (bfloat16, complex...): TensorFlow's own decoder
 
         try:
             return tf.make_ndarray(proto)
         except Exception as error:  # noqa: BLE001 - the request is what is wrong
-            raise invalid_argument(f"cannot decode a {dtype_name(dtype)} tensor: {error}") from None
+            raise invalid_argument(f"{where}: cannot decode a {dtype_name(dtype)} tensor: {error}") from None
     if dtype == DT.DT_STRING:
         values = proto.string_val
         if len(values) != count:
-            raise invalid_argument(f"a DT_STRING tensor of shape {shape} has {len(values)} values")
+            raise invalid_argument(f"{where}: a DT_STRING tensor of shape {shape_text(shape)} has {len(values)} "
+                                   "values")
         array = np.empty(count, dtype=object)
         array[:] = list(values)
         return array.reshape(shape)
     np_dtype = np.dtype(_NUMPY[dtype]).newbyteorder("<")
     if proto.tensor_content:
         if len(proto.tensor_content) != count * np_dtype.itemsize:
-            raise invalid_argument(f"tensor_content has {len(proto.tensor_content)} bytes for a "
-                                   f"{dtype_name(dtype)} tensor of shape {shape}")
+            raise invalid_argument(f"{where}: tensor_content has {len(proto.tensor_content)} bytes for a "
+                                   f"{dtype_name(dtype)} tensor of shape {shape_text(shape)}")
         return np.frombuffer(proto.tensor_content, dtype=np_dtype).astype(np_dtype.newbyteorder("="))\
             .reshape(shape)
     values = getattr(proto, _FIELD[dtype])
-    if dtype == DT.DT_HALF:
-        flat = np.asarray(values, dtype=np.uint16).view(np.float16)
+    if len(values) > count:
+        raise invalid_argument(f"{where}: a {dtype_name(dtype)} tensor of shape {shape_text(shape)} has "
+                               f"{len(values)} values")
+    if dtype == DT.DT_HALF:  # bit patterns in an int32 field
+        flat = integers_in_range(values, DT.DT_UINT16, f"{where} (half_val)").view(np.float16)
+    elif dtype in INTEGER_DTYPES:
+        flat = integers_in_range(values, dtype, where)
     else:
         flat = np.asarray(values, dtype=_NUMPY[dtype])
     if flat.size == count:
         return flat.reshape(shape)
-    if flat.size > count:
-        raise invalid_argument(f"a {dtype_name(dtype)} tensor of shape {shape} has {flat.size} values")
     filled = np.zeros(count, dtype=_NUMPY[dtype])
     if flat.size:
         filled[:flat.size] = flat
         filled[flat.size:] = flat[-1]
     return filled.reshape(shape)
+
+
+def to_ndarrays(tensors, max_elements, max_bytes, what="input"):
+    """{alias: TensorProto} -> {alias: ndarray} (`to_ndarray`), every stated shape checked before the first is
+    decoded: together they may hold at most `max_elements` elements and `max_bytes` numeric bytes
+    (RESOURCE_EXHAUSTED; a message of a few bytes per input can declare huge shapes, which the fill rule fills)."""
+    elements = size = 0
+    for alias, proto in tensors.items():
+        where = f"{what} '{alias}'"
+        if proto.tensor_shape.unknown_rank:
+            raise invalid_argument(f"{where} has an unknown rank")
+        shape = wire_shape([d.size for d in proto.tensor_shape.dim], where)
+        count = math.prod(max(d, 1) for d in shape)
+        elements += count
+        if proto.dtype != DT.DT_STRING:
+            itemsize = np.dtype(_NUMPY[proto.dtype]).itemsize if proto.dtype in _NUMPY else 16
+            size += count * itemsize
+            if count * itemsize > max_bytes or size > max_bytes:
+                raise resource_exhausted(f"{where}: a {dtype_name(proto.dtype)} tensor of shape {shape_text(shape)} "
+                                         f"would decode to {count * itemsize} bytes; the request's tensors may "
+                                         f"hold {max_bytes} bytes (max_request_bytes)")
+        if elements > max_elements:
+            raise resource_exhausted(f"the request's tensors would hold more than {max_elements} elements "
+                                     f"(--max-request-elements); {where} has shape {shape_text(shape)}")
+    return {alias: to_ndarray(proto, max_elements, f"{what} '{alias}'") for alias, proto in tensors.items()}
 
 
 def _as_bytes(value):

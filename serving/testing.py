@@ -13,7 +13,7 @@ Signatures:
                 pooled_output [B,4], padding_mask [B,8]; slow(seconds [B] float) -> elapsed [B] (= seconds), slept [B] (the sleep as timed inside)
                 (sleeps max(seconds), without using CPU); busy(text) -> score [B] (BUSY_STEPS
                 tanh(x W) steps of width BUSY_WIDTH per text: CPU time proportional to the batch);
-                scale(x [B,1] float) -> y = 2x (any shape the graph takes); on serialized tf.Examples whose bytes feature
+                scale(x [B,1] float) -> y = 2x; on serialized tf.Examples whose bytes feature
                 `text` holds the text (TensorFlow Serving's Classify / Regress API, with its method
                 names): classification(inputs) -> classes [B,2] (the labels), scores [B,2] (the
                 probabilities); regression(inputs) -> outputs [B] (the probability of "positive")

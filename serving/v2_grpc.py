@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from . import errors, v2_tensors
+from . import errors, gate, v2_tensors
 from .grpc_api import answered, client_deadline
 from .request_log import rest_predict_log
 from .v2_rest import model_metadata, model_ready, server_ready
@@ -28,16 +28,12 @@ def _parameters(proto_map):
 
 
 def _version(text):
-    if not text:
-        return None
-    if not text.isdigit():
-        raise errors.invalid_argument(f"model version must be a whole number, got '{text}'")
-    return int(text)
+    return gate.version_number(text, "model version") if text else None
 
 
-def _input_arrays(request, tensor_infos):
+def _input_arrays(request, tensor_infos, max_elements):
     """The request's inputs (typed contents or raw_input_contents) -> {alias: ndarray}, checked against the
-    signature's inputs."""
+    signature's inputs; each at most `max_elements` elements (the gate bounds them together)."""
     raw = list(request.raw_input_contents)
     if raw and len(raw) != len(request.inputs):
         raise errors.invalid_argument(f"raw_input_contents holds {len(raw)} tensors for {len(request.inputs)} "
@@ -51,12 +47,13 @@ def _input_arrays(request, tensor_infos):
         if raw:
             if tensor.HasField("contents"):
                 raise errors.invalid_argument(f"input '{name}': contents and raw_input_contents both given")
-            arrays[name] = v2_tensors.from_raw(raw[index], datatype, shape, name)
+            arrays[name] = v2_tensors.from_raw(raw[index], datatype, shape, name, max_elements)
         else:
             field = v2_tensors.CONTENTS_FIELD.get(datatype)
             if field is None:
                 raise errors.invalid_argument(f"input '{name}': {datatype} needs raw_input_contents")
-            arrays[name] = v2_tensors.from_data(list(getattr(tensor.contents, field)), datatype, shape, name)
+            arrays[name] = v2_tensors.from_data(list(getattr(tensor.contents, field)), datatype, shape, name,
+                                                max_elements)
     return arrays
 
 
@@ -104,7 +101,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             output_filter, ran = tuple(output.name for output in request.outputs), {}
 
             def build(found):
-                ran["arrays"] = _input_arrays(request, found.inputs)
+                ran["arrays"] = _input_arrays(request, found.inputs, self.core.limits.elements)
                 return ran["arrays"]
 
             version = _version(request.model_version)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 
-from . import errors, v2_tensors
+from . import errors, gate, v2_tensors
 from .http_messages import Answer
 from .manager import AVAILABLE
 from .request_log import rest_predict_log
@@ -52,11 +52,7 @@ def is_v2(path):
 
 
 def _version(text):
-    if text is None:
-        return None
-    if not text.isdigit():
-        raise errors.invalid_argument(f"model version must be a whole number, got '{text}'")
-    return int(text)
+    return None if text is None else gate.version_number(text, "model version")
 
 
 def metric_labels(method, path):
@@ -129,21 +125,22 @@ class V2RestApi:
         payload = load_json(body)
         if not isinstance(payload, dict):
             raise errors.invalid_argument("the inference request must be a JSON object")
-        inputs, parameters = payload.get("inputs"), payload.get("parameters") or {}
+        inputs = payload.get("inputs")
+        parameters = v2_tensors.parameters_of(payload.get("parameters"), "the inference request")
         if not isinstance(inputs, list) or not inputs:
             raise errors.invalid_argument("the inference request needs 'inputs', a non-empty list")
-        if not isinstance(parameters, dict):
-            raise errors.invalid_argument("'parameters' must be an object")
         requested = payload.get("outputs")
         if requested is not None and not (isinstance(requested, list) and all(
                 isinstance(o, dict) and isinstance(o.get("name"), str) for o in requested)):
             raise errors.invalid_argument("'outputs' must be a list of objects with a 'name'")
+        binary = {o["name"] for o in requested or ()
+                  if v2_tensors.parameters_of(o.get("parameters"), f"output '{o['name']}'").get("binary_data") is True}
         request_id = payload.get("id", "")
         if not isinstance(request_id, str):
             raise errors.invalid_argument("'id' must be a string")
 
         def build(signature):
-            ran["arrays"] = _input_arrays(inputs, raw, signature.inputs)
+            ran["arrays"] = _input_arrays(inputs, raw, signature.inputs, self.core.limits.elements)
             return ran["arrays"]
 
         ran, output_filter = {}, tuple(o["name"] for o in requested) if requested else ()
@@ -153,7 +150,6 @@ class V2RestApi:
         self.core.log(name, served, signature, lambda: rest_predict_log(
             name, version, None, requested_signature, ran["arrays"], served, signature, outputs))
         binary_all = parameters.get("binary_data_output") is True
-        binary = {o["name"] for o in requested or () if (o.get("parameters") or {}).get("binary_data") is True}
         answer, chunks = {"model_name": name, "model_version": str(served), "outputs": []}, []
         if request_id:
             answer["id"] = request_id
@@ -178,14 +174,15 @@ def _split_body(request):
     length = request.header(HEADER_LENGTH)
     if not length:
         return request.body, b""
-    if not length.isdigit() or int(length) > len(request.body):
-        raise errors.invalid_argument(f"Inference-Header-Content-Length {length!r} is not a length within the "
+    if not length.isascii() or not length.isdigit() or len(length) > 19 or int(length) > len(request.body):
+        raise errors.invalid_argument(f"Inference-Header-Content-Length {length[:40]!r} is not a length within the "
                                       f"body ({len(request.body)} bytes)")
     return request.body[:int(length)], request.body[int(length):]
 
 
-def _input_arrays(inputs, raw, tensor_infos):
-    """The request's inputs -> {alias: ndarray}, checked against the signature's inputs (`tensor_infos`)."""
+def _input_arrays(inputs, raw, tensor_infos, max_elements):
+    """The request's inputs -> {alias: ndarray}, checked against the signature's inputs (`tensor_infos`); each at
+    most `max_elements` elements (the gate bounds them together)."""
     arrays, offset = {}, 0
     for item in inputs:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
@@ -194,15 +191,15 @@ def _input_arrays(inputs, raw, tensor_infos):
         if name in arrays:
             raise errors.invalid_argument(f"input '{name}' is given twice")
         v2_tensors.check_datatype(name, datatype, tensor_infos)
-        size = (item.get("parameters") or {}).get("binary_data_size")
+        size = v2_tensors.parameters_of(item.get("parameters"), f"input '{name}'").get("binary_data_size")
         if size is not None:
             if isinstance(size, bool) or not isinstance(size, int) or size < 0 or offset + size > len(raw):
-                raise errors.invalid_argument(f"input '{name}': binary_data_size {size!r} runs past the binary "
-                                              f"data ({len(raw)} bytes after the JSON)")
-            arrays[name] = v2_tensors.from_raw(raw[offset:offset + size], datatype, shape, name)
+                raise errors.invalid_argument(f"input '{name}': binary_data_size {str(size)[:40]} runs past the "
+                                              f"binary data ({len(raw)} bytes after the JSON)")
+            arrays[name] = v2_tensors.from_raw(raw[offset:offset + size], datatype, shape, name, max_elements)
             offset += size
         elif "data" in item:
-            arrays[name] = v2_tensors.from_data(item["data"], datatype, shape, name)
+            arrays[name] = v2_tensors.from_data(item["data"], datatype, shape, name, max_elements)
         else:
             raise errors.invalid_argument(f"input '{name}' has neither 'data' nor binary_data_size")
     return arrays

@@ -10,13 +10,14 @@ signature to run (`signature_name`, a string; default serving_default)."""
 
 from __future__ import annotations
 
+import math
 import struct
 
 import numpy as np
 
 from . import errors
 from .methods import DEFAULT_SIGNATURE
-from .tensors import DT, dtype_of, shape_of
+from .tensors import DT, INTEGER_DTYPES, dtype_of, integers_in_range, shape_of, wire_shape
 
 SIGNATURE_PARAMETER = "signature_name"
 PLATFORM = "tensorflow_savedmodel"
@@ -27,6 +28,7 @@ DATATYPES = {
     DT.DT_UINT64: "UINT64", DT.DT_INT8: "INT8", DT.DT_INT16: "INT16", DT.DT_INT32: "INT32", DT.DT_INT64: "INT64",
     DT.DT_HALF: "FP16", DT.DT_FLOAT: "FP32", DT.DT_DOUBLE: "FP64", DT.DT_STRING: "BYTES",
 }
+DATATYPE_DTYPES = {name: dtype for dtype, name in DATATYPES.items()}
 _NUMPY = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
           "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64, "FP16": np.float16,
           "FP32": np.float32, "FP64": np.float64, "BYTES": np.object_}
@@ -43,6 +45,16 @@ def datatype_of(dtype: int) -> str:
     if name is None:
         raise errors.invalid_argument(f"DataType {DT.Name(dtype)} has no Open Inference Protocol datatype")
     return name
+
+
+def parameters_of(value, where):
+    """A request's, input's or output's `parameters` -> a dict ({} when absent); INVALID_ARGUMENT naming `where`
+    when it is not an object."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise errors.invalid_argument(f"{where}: 'parameters' must be an object, got {str(value)[:100]}")
+    return value
 
 
 def signature_name(parameters) -> str:
@@ -64,11 +76,10 @@ def tensor_metadata(tensor_infos):
     return out
 
 
-def _element_count(shape, name):
-    if not isinstance(shape, (list, tuple)) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0
-                                                  for d in shape):
-        raise errors.invalid_argument(f"input '{name}': shape must be a list of whole numbers >= 0, got {shape!r}")
-    return int(np.prod(shape, dtype=np.int64)) if shape else 1
+def _element_count(shape, name, max_elements):
+    """The elements of a stated `shape` (tensors.wire_shape: whole numbers >= 0, at most MAX_RANK of them, within
+    the request's element limit)."""
+    return math.prod(wire_shape(shape, f"input '{name}'", max_elements))
 
 
 def check_datatype(name, datatype, tensor_infos):
@@ -83,9 +94,10 @@ def check_datatype(name, datatype, tensor_infos):
                                       f"{expected}")
 
 
-def from_data(data, datatype, shape, name) -> np.ndarray:
-    """JSON `data` (nested or flat, row-major) or a typed gRPC contents list -> an array of `shape`."""
-    count = _element_count(shape, name)
+def from_data(data, datatype, shape, name, max_elements) -> np.ndarray:
+    """JSON `data` (nested or flat, row-major) or a typed gRPC contents list -> an array of `shape` (at most
+    `max_elements`; integers inside their datatype)."""
+    count = _element_count(shape, name, max_elements)
     flat = list(_flatten(data))
     if len(flat) != count:
         raise errors.invalid_argument(f"input '{name}': shape {list(shape)} holds {count} elements, data has "
@@ -95,8 +107,13 @@ def from_data(data, datatype, shape, name) -> np.ndarray:
         array = np.empty(count, np.object_)
         array[:] = values
         return array.reshape(shape)
-    if any(isinstance(value, (str, bytes, list, dict)) for value in flat):
+    if any(isinstance(value, (str, bytes, list, dict)) or value is None for value in flat):
         raise errors.invalid_argument(f"input '{name}': {datatype} data must be numbers")
+    dtype = DATATYPE_DTYPES.get(datatype)
+    if dtype in INTEGER_DTYPES:
+        if any(not isinstance(value, (int, np.integer)) for value in flat):
+            raise errors.invalid_argument(f"input '{name}': {datatype} data must be whole numbers")
+        return integers_in_range(flat, dtype, f"input '{name}'").reshape(shape)
     try:
         return np.asarray(flat, _NUMPY[datatype]).reshape(shape)
     except (OverflowError, ValueError, TypeError) as error:
@@ -119,9 +136,9 @@ def _as_bytes(value, name):
     raise errors.invalid_argument(f"input '{name}': BYTES data must be strings, got {value!r}")
 
 
-def from_raw(raw: bytes, datatype, shape, name) -> np.ndarray:
-    """Raw little-endian bytes (BYTES: length-prefixed elements) -> an array of `shape`."""
-    count = _element_count(shape, name)
+def from_raw(raw: bytes, datatype, shape, name, max_elements) -> np.ndarray:
+    """Raw little-endian bytes (BYTES: length-prefixed elements) -> an array of `shape` (at most `max_elements`)."""
+    count = _element_count(shape, name, max_elements)
     if datatype == "BYTES":
         values, offset = [], 0
         while offset < len(raw):

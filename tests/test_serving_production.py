@@ -353,19 +353,26 @@ def _reload(target, config=None):
             return error.code().name
 
 
-def test_predict_leaves_shapes_to_the_graph_and_version_labels_are_checked(server, base):
+def test_predict_checks_shapes_against_the_signature_and_version_labels_are_checked(server, base):
+    # Until issue 50, shapes were left to the graph, as TensorFlow Serving does: `scale` took a [3] tensor. A declared
+    # rank is enforced now (a string tensor of rank 33 crashed TensorFlow's feed), so that request is refused; the
+    # same values in the declared rank are answered.
     client = Client(server.grpc_target, "clf", timeout=10, retries=0)
-    y = client.predict({"x": np.array([1.0, 2.0, 3.0], np.float32)}, signature_name="scale")["y"]
-    check("`scale` (input [-1, 1]) on a [3] tensor: the graph takes it", y.tolist(), "[2, 4, 6]",
-          y.tolist() == [2.0, 4.0, 6.0])
-    try:
-        client.predict({"text": np.array([["a", "b"], ["c", "d"]], object)})
-        code, message = "OK", ""
-    except ServingError as error:
-        code, message = error.code.name, error.message
-    print(f"    [2,2] strings for a [-1] input: {code} {message[:100]}")
-    check("[2,2] strings where the graph needs [-1]", code, "INVALID_ARGUMENT (the graph's own error)",
-          code == "INVALID_ARGUMENT" and "expects shape" not in message)
+    y = client.predict({"x": np.array([[1.0], [2.0], [3.0]], np.float32)}, signature_name="scale")["y"]
+    check("`scale` (input [-1, 1]) on a [3, 1] tensor", y.reshape(-1).tolist(), "[2, 4, 6]",
+          y.reshape(-1).tolist() == [2.0, 4.0, 6.0])
+    for what, inputs, signature in (("[3] floats for a [-1, 1] input", {"x": np.array([1.0, 2.0, 3.0], np.float32)},
+                                     "scale"),
+                                    ("[2,2] strings for a [-1] input", {"text": np.array([["a", "b"], ["c", "d"]],
+                                                                                         object)}, None)):
+        try:
+            client.predict(inputs, signature_name=signature or "serving_default")
+            code, message = "OK", ""
+        except ServingError as error:
+            code, message = error.code.name, error.message
+        print(f"    {what}: {code} {message[:120]}")
+        check(what, code, "INVALID_ARGUMENT naming the input and the signature's shape",
+              code == "INVALID_ARGUMENT" and "has shape" in message and "the signature takes" in message)
 
     model = server.manager.models["clf"]
     available = sorted(v for v, s in model.versions.items() if s.state == "AVAILABLE")
