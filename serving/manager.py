@@ -16,11 +16,11 @@ model's version policy (latest N, all, specific):
 * only at shutdown (`stop`) is a version closed under running requests, after `drain_timeout` seconds: the
   log says how many were cut off;
 * a version directory is ignored until it holds its `saved_model.pb` (or `saved_model.pbtxt`), non-empty:
-  the file the exporter publishes last (`files.publish_tree`), so on a bucket (gs://, where a directory
-  "rename" is a copy object by object) a version still being copied is neither loaded nor reported
-  (GetModelStatus: not found) -- TensorFlow Serving lists it at once and its load fails and is retried, see
-  serving/README.md. A directory seen complete is not checked again while it stays listed (each check is a
-  request on an object store);
+  the file the exporter publishes last, whole (`files.publish_tree`: renamed into place where a store shows a
+  file while it is written), so on a bucket (gs://, where a directory "rename" is a copy object by object) a
+  version still being copied is neither loaded nor reported (GetModelStatus: not found) -- TensorFlow Serving
+  lists it at once and its load fails and is retried, see serving/README.md. A directory seen complete is not
+  checked again while it stays listed (each check is a request on an object store);
 * a load that fails (e.g. a directory copied with `saved_model.pb` before its variables) is retried on later
   polls, at most `max_load_retries` times for unchanged files; the directory's files (names, sizes, mtimes)
   are compared before and after the load, and a load of files that changed meanwhile is thrown away and
@@ -60,8 +60,9 @@ SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")  # what TensorFlow's
 
 def is_complete(version_dir):
     """Whether a version directory holds its SavedModel file (`saved_model.pb` or `.pbtxt`, non-empty), the
-    file an export publishes last: TensorFlow's `MaybeSavedModelDirectory` test, plus the size (`ram://` shows
-    a file while it is written; a bucket shows an object only once its upload is complete)."""
+    file an export publishes last: TensorFlow's `MaybeSavedModelDirectory` test, plus the size (a file that
+    another tool is still writing in place on a store that shows it meanwhile, HDFS or `ram://`, can be empty;
+    if it is not, its load fails and is retried once the files change)."""
     for name in SAVED_MODEL_FILES:
         info = files.stat(files.join(version_dir, name))
         if info is not None and not info.is_dir and info.length > 0:

@@ -7,6 +7,9 @@ gs://: both go through tf.io.gfile, and neither has a directory rename).
 * A server polling a ram:// base while a version is published file by file never loads nor reports it before
   its saved_model.pb lands, then serves it; the same copy with saved_model.pb FIRST is seen early (the
   negative control: the check can fail).
+* The exporter's publication paused at every step of its copy (ram:// shows a file while it is written, 128 KiB
+  at a time), the server polling once at each pause: the version is neither loaded nor reported until every
+  file is there whole, and is loaded at the first poll after (deterministic: no poller thread, no sleeps).
 
 Every checked figure is printed with its bound (run with -s to see them).
 """
@@ -14,6 +17,7 @@ Every checked figure is printed with its bound (run with -s to see them).
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 
@@ -270,6 +274,110 @@ def test_poller_never_sees_a_version_before_its_saved_model_pb(exported, referen
         _compare("gRPC Predict of the version published file by file", client.predict({"text": TEXTS}), reference)
         check("version that answered", client.last_version, "== 1", client.last_version == 1)
     finally:
+        client.close()
+        server.stop(1)
+        files.rmtree(polled)
+
+
+class _PausedGfile:
+    """tf.io.gfile whose `copy` runs as TensorFlow's FileSystemCopyFile does (open the target, append 128 KiB
+    chunks, close), in Python, calling `pause(step)` before the target is opened, once it is opened (empty), after
+    each chunk and once it is closed; `rename` calls `pause` before and after it renames. Everything else is
+    tf.io.gfile's (the server in this process reads through it too)."""
+
+    CHUNK = 128 * 1024
+
+    def __init__(self, pause):
+        import tensorflow as tf
+
+        self._gfile, self._pause = tf.io.gfile, pause
+
+    def __getattr__(self, name):
+        return getattr(self._gfile, name)
+
+    def copy(self, source, target, overwrite=False):
+        import tensorflow as tf
+
+        if not overwrite and self._gfile.exists(target):
+            raise tf.errors.AlreadyExistsError(None, None, f"{target} exists")
+        self._pause(f"copy {target}: before open")
+        with self._gfile.GFile(source, "rb") as reader, self._gfile.GFile(target, "wb") as writer:
+            self._pause(f"copy {target}: opened")
+            written = 0
+            while chunk := reader.read(self.CHUNK):
+                writer.write(chunk)
+                writer.flush()
+                written += len(chunk)
+                self._pause(f"copy {target}: {written} bytes")
+        self._pause(f"copy {target}: closed")
+
+    def rename(self, source, target, overwrite=False):
+        self._pause(f"rename {source} -> {target}: before")
+        self._gfile.rename(source, target, overwrite)
+        self._pause(f"rename {source} -> {target}: after")
+
+
+def test_paused_publication_is_loaded_only_whole(exported, reference, tmp_path, monkeypatch):
+    """The exporter's remote publication (`_publish_remote`) paused at every step of its copy, including inside
+    and before the copy of saved_model.pb: at each pause the manager polls once (`poll_once`, what its poller
+    thread runs every interval; no thread here, so nothing races) and what it shows of version 1 is looked at.
+    Until every file is there at its name, whole, the version is neither loaded nor reported; the first poll
+    after that loads it."""
+    from xlnet_tf import files
+    from xlnet_tf.export import exporter
+    from xlnet_tf.serving import Client
+
+    polled = _ram_root() + "/paused/cls"
+    files.makedirs(polled)
+    target = f"{polled}/1"
+    server = _serve(polled, poll_interval=0, enable_warmup=False)
+    client = Client(server.grpc_target, "cls", retries=0)
+    source = _local_copy(exported["path"], tmp_path / "v1")
+    wanted = {name: files.read_bytes(os.path.join(source, name)) for name in files.walk_files(source)}
+    looks = []  # (step, files whole at their names, what the server shows after the poll)
+
+    def whole():
+        return sum(files.isfile(files.join(target, name)) and files.read_bytes(files.join(target, name)) == data
+                   for name, data in wanted.items())
+
+    def pause(step):
+        server.manager.poll_once()
+        step = re.sub(r"\.[0-9a-f]{32}\.tmp", ".<random>.tmp", step.replace(polled, "BASE"))
+        looks.append((step, whole(), _seen(server, client, 1)))
+
+    try:
+        check("server's poller thread", server.manager._thread, "is None (polled only at the pauses)",
+              server.manager._thread is None)
+        monkeypatch.setattr(files, "_gfile", lambda: _PausedGfile(pause))
+        exporter._publish_remote(source, target)
+        monkeypatch.undo()
+        print(f"\n[paused publication] {len(wanted)} files ({len(wanted[SAVED_MODEL])} bytes of {SAVED_MODEL}) "
+              f"published into {target}; {len(looks)} pauses, one poll each:")
+        for step, count, seen in looks:
+            print(f"    {step}: {count}/{len(wanted)} files whole; manager, GetModelStatus: {seen}")
+        partial = [(step, seen) for step, count, seen in looks if count < len(wanted)]
+        inside = [step for step, _, _ in looks if SAVED_MODEL in step and step.endswith(" bytes")]
+        chunks = -(-len(wanted[SAVED_MODEL]) // _PausedGfile.CHUNK)
+        check(f"pauses inside the copy of {SAVED_MODEL}", len(inside),
+              f"== {chunks} (one per 128 KiB chunk)", len(inside) == chunks)
+        early = [(step, seen) for step, seen in partial if seen != (None, None)]
+        check("polls that loaded or reported version 1 before all its files were whole", early[:3], "== []",
+              not early)
+        first = next((i for i, (_, count, _) in enumerate(looks) if count == len(wanted)), None)
+        check("first pause with every file whole", looks[first][0] if first is not None else None,
+              "the last of them (nothing is written after the version is complete)",
+              first == len(looks) - 1)
+        at_first = looks[first][2] if first is not None else None
+        check("version 1 at the first poll after it is complete", at_first,
+              "AVAILABLE in the manager and in GetModelStatus", at_first == (("AVAILABLE", None), ("AVAILABLE", "")))
+        events = [e[3] for e in server.manager.events if e[1] == "cls" and e[2] == 1]
+        check("version 1's events", events, "== ['available'] (no failed load)", events == ["available"])
+        left = files.walk_files(target)
+        check("files of the published version", left, "== the exported files (no temporary left)",
+              left == sorted(wanted))
+        _compare("gRPC Predict of the paused publication", client.predict({"text": TEXTS}), reference)
+    finally:
+        monkeypatch.undo()
         client.close()
         server.stop(1)
         files.rmtree(polled)

@@ -6,14 +6,14 @@ and `ram://`, TensorFlow's in-memory filesystem, which the tests use in place of
 Python's own `os` / `open` (fast, and atomic renames); URLs go through `tf.io.gfile`.
 
 Publishing, so that no reader sees half of a file or of a directory:
-- `write_bytes` / `write_text` / `write_json`: a local file is written under a temporary name in the same folder
-  and renamed over the target (atomic on POSIX). On an object store (GCS, S3) an object becomes visible whole
-  when its upload closes, so remote files are written in place; a rename there is a copy, not atomic, and buys
-  nothing. (`ram://` shows a file while it is written; only tests use it.)
-- `publish_tree`: a finished local directory copied file by file into a remote target directory, the files
-  named in `last` written after every other (an export's `saved_model.pb`: a version without it is not
-  loadable, so a poller that lists the version early cannot load half of it). Local targets are renamed into
-  place by their callers instead (one atomic step).
+- `write_bytes` / `write_text` / `write_json` / `copy`: the file is written under a temporary name in the same
+  folder (`.NAME.<random>.tmp`) and renamed to its name, one step locally (POSIX) and on the filesystems that
+  show a file while it is written (`ram://`, HDFS). On gs:// and s3:// an object becomes visible only once its
+  upload is complete, and a rename there is a copy that buys nothing, so files are written in place.
+- `publish_tree`: a finished local directory copied into a remote target directory file by file, each as by
+  `copy` (whole), the files named in `last` after every other (an export's `saved_model.pb`: a version without
+  it is not loadable, so a poller that lists the version early never reads half of it). Local targets are
+  renamed into place by their callers instead (one atomic step).
 - `LineLog`: an append-only JSON-lines log (train_log.jsonl). Local: appended and flushed line by line. Object
   stores have no append (TensorFlow's GCS "append" re-uploads the whole object on every flush), so remote lines
   are kept in memory and the object is rewritten only at `flush()` (the trainer flushes at every checkpoint and
@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import tempfile
+import uuid
 
 from xlnet_tf.errors import UserError
 
@@ -246,28 +247,38 @@ def makedirs_for(path):
         makedirs(parent)
 
 
+_WHOLE_WHEN_CLOSED = ("gs://", "s3://")  # object stores: an object appears once its upload is complete
+
+
+def _write_whole(path, write, overwrite=True):
+    """Has `write(name)` write the whole of file `path` (its folder exists) where no reader sees it half written:
+    under a temporary name beside it, renamed over `path`; in place on an object store (module docstring)."""
+    if path.startswith(_WHOLE_WHEN_CLOSED):
+        write(path)
+        return
+    folder, name = os.path.split(path)
+    temporary = join(folder, f".{name}.{uuid.uuid4().hex}.tmp")  # on ram://, NAME.* would make NAME a "folder"
+    try:
+        write(temporary)
+        rename(temporary, path, overwrite=overwrite)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            if exists(temporary):
+                remove(temporary)
+        raise
+
+
 def write_bytes(path, data: bytes):
     """`data` as the whole of file `path`, published in one step (see the module docstring); its folder is
     created."""
     path = os.fspath(path)
     makedirs_for(path)
-    if is_remote(path):
-        if path.startswith("ram://") and exists(path):  # ram:// writes over an old file without truncating it
-            remove(path)
-        with _gfile().GFile(path, "wb") as f:
+
+    def write(name):
+        with open(name, "wb") as f:
             f.write(data)
-        return
-    handle, temporary = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                                         dir=os.path.dirname(os.path.abspath(path)))
-    try:
-        with os.fdopen(handle, "wb") as f:
-            f.write(data)
-        os.chmod(temporary, 0o666 & ~_umask())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        raise
+
+    _write_whole(path, write)
 
 
 def write_text(path, text: str):
@@ -284,17 +295,16 @@ def write_json(path, value, indent=2, sort_keys=True):
 
 
 def copy(source, target, overwrite=True):
-    """Copies file `source` to `target` (any filesystems), its folder created; published as `write_bytes`."""
+    """Copies file `source` to `target` (any filesystems, streamed), its folder created; published whole as by
+    `write_bytes`."""
     source, target = os.fspath(source), os.fspath(target)
     if not overwrite and exists(target):
         raise UserError(f"{target} already exists")
-    if not is_remote(source) and not is_remote(target):
-        makedirs_for(target)
-        temporary = target + ".tmp"
-        shutil.copyfile(source, temporary)
-        os.replace(temporary, target)
-        return
-    write_bytes(target, read_bytes(source))
+    makedirs_for(target)
+    if is_remote(source) or is_remote(target):
+        _write_whole(target, lambda name: _gfile().copy(source, name, overwrite=True), overwrite)
+    else:
+        _write_whole(target, lambda name: shutil.copyfile(source, name), overwrite)
 
 
 def remove(path):
@@ -329,9 +339,9 @@ def publish_tree(source_dir, target_dir, last=(), on_file=None):
     """Publishes finished local folder `source_dir` as remote `target_dir` (gs://...; it must not exist), which
     has no directory rename (a local target is renamed into place by its caller, in one atomic step).
 
-    The files are copied one by one (streamed), those named in `last` (paths relative to source_dir) after
-    every other, so that a reader who finds them finds everything. `on_file(relative_path)` is called after each
-    file (tests slow the copy down with it). `source_dir` is removed afterwards."""
+    The files are copied one by one, each whole (`copy`), those named in `last` (paths relative to source_dir)
+    after every other, so that a reader who finds them finds everything. `on_file(relative_path)` is called
+    after each file (tests interrupt the copy with it). `source_dir` is removed afterwards."""
     source_dir, target_dir = os.fspath(source_dir), os.fspath(target_dir)
     if not is_remote(target_dir):
         raise ValueError(f"publish_tree publishes to a remote store; {target_dir} is local (rename it into place)")
@@ -341,18 +351,10 @@ def publish_tree(source_dir, target_dir, last=(), on_file=None):
     order = [n for n in names if n not in last] + [n for n in last if n in names]
     makedirs(target_dir)
     for name in order:
-        target = join(target_dir, name)
-        makedirs_for(target)
-        _gfile().copy(os.path.join(source_dir, name), target, overwrite=False)  # streamed, not read whole
+        copy(os.path.join(source_dir, name), join(target_dir, name), overwrite=False)
         if on_file is not None:
             on_file(name)
     shutil.rmtree(source_dir, ignore_errors=True)
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 class LineLog:
