@@ -18,10 +18,15 @@ multi_inference_helper.cc and util.cc):
 
 from __future__ import annotations
 
+import base64
+import binascii
+
 import numpy as np
 
 from . import errors
+from .json_reader import json_type
 from .methods import CLASSIFY_METHOD, DEFAULT_SIGNATURE, REGRESS_METHOD
+from .rest_json import format_error, is_b64, signature_name_of
 
 INPUTS = "inputs"
 CLASSES, SCORES, OUTPUTS = "classes", "scores", "outputs"
@@ -174,21 +179,15 @@ def check_tasks(tasks, signatures):
 def _feature_values(name, value):
     """One JSON feature value (a scalar or a flat list) -> (kind "bytes" / "int64" / "float", values), with
     AddValueToFeature's checks in its order."""
-    import base64
-    import binascii
-
-    from .json_reader import json_type
-    from .rest_json import is_b64
-
     kind, values = None, []
     for element in value if isinstance(value, list) else [value]:
-        if element is None or isinstance(element, list) or (isinstance(element, dict) and not is_b64(element)):
+        if isinstance(element, str):
+            element_kind, element = "bytes", element.encode("utf-8", "surrogatepass")
+        elif element is None or isinstance(element, list) or (isinstance(element, dict) and not is_b64(element)):
             raise errors.invalid_argument(f"Feature: {name} has element with unexpected JSON type: "
                                           f"{json_type(element)}")
-        if isinstance(element, dict):
+        elif isinstance(element, dict):
             element_kind = "bytes"
-        elif isinstance(element, str):
-            element_kind, element = "bytes", element.encode("utf-8", "surrogatepass")
         elif isinstance(element, bool):
             element_kind, element = "int64", int(element)
         else:
@@ -207,19 +206,18 @@ def _feature_values(name, value):
     return kind, values
 
 
-def example_from_json(value):
+def example_from_json(value, example=None):
     """A JSON object {feature: value or [values]} -> tf.train.Example (strings and {"b64": ...} -> bytes_list,
-    integers and booleans -> int64_list, other numbers -> float_list)."""
+    integers and booleans -> int64_list, other numbers -> float_list), filled into `example` when given."""
     from tensorflow.core.example import example_pb2
-
-    from .json_reader import json_type
 
     if not isinstance(value, dict):
         raise errors.invalid_argument(f"Example must be JSON object but got JSON {json_type(value)}")
-    example = example_pb2.Example()
+    example = example_pb2.Example() if example is None else example
+    features = example.features.feature
     for name, item in value.items():
         kind, values = _feature_values(name, item)
-        feature = example.features.feature[name]
+        feature = features[name]
         if kind is not None:
             getattr(feature, f"{kind}_list").value.extend(values)
     return example
@@ -230,8 +228,6 @@ def input_from_json(body):
     {"signature_name"?, "context"?, "examples": [...]} (with "context": example_list_with_context), with
     FillClassifyRegressRequestFromJson's checks, in its order, and its words (it says "classify" for both)."""
     from tensorflow_serving.apis import input_pb2
-
-    from .rest_json import format_error, signature_name_of
 
     signature_name = signature_name_of(body)
     request = input_pb2.Input()
@@ -248,7 +244,7 @@ def input_from_json(body):
     if not examples:
         raise format_error(body, "'examples' value is an empty array")
     for example in examples:
-        listed.examples.add().CopyFrom(example_from_json(example))
+        example_from_json(example, listed.examples.add())
     return signature_name, request
 
 

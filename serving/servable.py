@@ -162,28 +162,25 @@ class Servable:
         return Prepared(name, arrays, outputs, batch)
 
     def run(self, prepared: Prepared, inputs=None, deadline=NONE):
-        """Runs the signature on `inputs` (default: the prepared ones) -> {output alias: ndarray}; with a
-        `deadline`, in pieces when it can (see the module docstring), DEADLINE_EXCEEDED between them."""
+        """Runs the signature on `inputs` (default: the prepared ones) -> {output alias: ndarray} of the prepared
+        outputs; with a `deadline`, in pieces when it can (see the module docstring), DEADLINE_EXCEEDED between
+        them."""
         inputs = prepared.inputs if inputs is None else inputs
         aliases = tuple(sorted(inputs))
-        key = (prepared.signature_name, aliases, prepared.output_aliases)
-        function = self._callables.get(key)
-        if function is None:
-            with self._lock:
-                if self.session is None:
-                    raise errors.failed_precondition(f"version {self.version} of {self.name} is unloaded")
-                function = self._make_callable(self.signatures[prepared.signature_name], aliases,
-                                               prepared.output_aliases)
-                self._callables[key] = function
+        key = (prepared.signature_name, aliases)
+        function = self._callable(key)
+        fetched = sorted(self.signatures[prepared.signature_name].outputs)
+        wanted = [fetched.index(alias) for alias in prepared.output_aliases]
         rows = _common_rows(inputs)
         if deadline.at is None or rows is None or rows <= 1 or not self._splittable(prepared):
-            return dict(zip(prepared.output_aliases, self._timed(key, function, inputs, aliases, rows)))
+            values = self._timed(key, function, inputs, aliases, rows)
+            return {alias: values[i] for alias, i in zip(prepared.output_aliases, wanted)}
         parts, start, size = [], 0, None
         while start < rows:
             deadline.check(f"a request of {rows} rows ({start} run)")
             seconds = self._row_seconds.get(key)
-            wanted = FIRST_PIECE_ROWS if seconds is None else max(1, int(PIECE_SECONDS / max(seconds, 1e-9)))
-            size = min(wanted, rows - start, wanted if size is None else 2 * size)  # grows at most 2x a piece
+            wanted_rows = FIRST_PIECE_ROWS if seconds is None else max(1, int(PIECE_SECONDS / max(seconds, 1e-9)))
+            size = min(wanted_rows, rows - start, wanted_rows if size is None else 2 * size)  # grows at most 2x
             piece = {a: inputs[a][start:start + size] for a in aliases}
             try:
                 parts.append(self._timed(key, function, piece, aliases, size))
@@ -194,9 +191,8 @@ class Servable:
                                           f"{rows}: {error.message}") from None
             self.pieces_run += 1
             start += size
-        if len(parts) == 1:
-            return dict(zip(prepared.output_aliases, parts[0]))
-        return {alias: np.concatenate([part[i] for part in parts]) for i, alias in enumerate(prepared.output_aliases)}
+        return {alias: parts[0][i] if len(parts) == 1 else np.concatenate([part[i] for part in parts])
+                for alias, i in zip(prepared.output_aliases, wanted)}
 
     def _timed(self, key, function, inputs, aliases, rows):
         """Calls the signature; keeps a running mean of its seconds per row (sizes the pieces of runs with a
@@ -209,15 +205,27 @@ class Servable:
             self._row_seconds[key] = took if seconds is None else 0.5 * (seconds + took)
         return values
 
-    def _make_callable(self, signature, input_aliases, output_aliases):
-        """The Session's C++ callable for these feeds and fetches (Session::MakeCallable, what TensorFlow
-        Serving's Session::Run amounts to): Python's `Session.run` / `make_callable(feed_list=...)` would refuse
-        feeds whose shape differs from the placeholder's, which TensorFlow Serving leaves to the graph."""
+    def _callable(self, key):
+        """The Session's C++ callable (Session::MakeCallable, what TensorFlow Serving's Session::Run amounts to)
+        of signature `key[0]` fed inputs `key[1]`, fetching every output in alias order: one per signature and
+        input set, made once (1-2 s of graph optimisation each), whatever outputs requests filter. Python's
+        `Session.run` / `make_callable(feed_list=...)` would refuse feeds whose shape differs from the
+        placeholder's; the gate has checked shapes against the signature already."""
+        function = self._callables.get(key)
+        if function is not None:
+            return function
         from tensorflow.core.protobuf import config_pb2
 
-        options = config_pb2.CallableOptions(feed=[signature.inputs[a].name for a in input_aliases],
-                                             fetch=[signature.outputs[a].name for a in output_aliases])
-        return self.session._make_callable_from_options(options)
+        with self._lock:
+            if self.session is None:
+                raise errors.failed_precondition(f"version {self.version} of {self.name} is unloaded")
+            function = self._callables.get(key)
+            if function is None:
+                inputs, outputs = self.signatures[key[0]].inputs, self.signatures[key[0]].outputs
+                options = config_pb2.CallableOptions(feed=[inputs[a].name for a in key[1]],
+                                                     fetch=[outputs[a].name for a in sorted(outputs)])
+                function = self._callables[key] = self.session._make_callable_from_options(options)
+            return function
 
     def _splittable(self, prepared):
         """Whether the signature's outputs have dim 0 and known sizes beyond it (parts concatenate)."""
