@@ -17,9 +17,10 @@ directory, then published; an existing version is never overwritten. What a serv
   both servers.
 * remote ``BASE/NAME`` (gs://): staging is under the system's temporary folder. An object store has no
   directory rename (a "rename" is a copy object by object), so ``files.publish_tree`` copies the files one by
-  one and ``saved_model.pb`` LAST. On GCS (and S3) an object becomes visible only once it is complete, and
-  listings and reads are strongly consistent, so whoever finds ``saved_model.pb`` finds every file of the
-  version.
+  one, each whole, and ``saved_model.pb`` LAST. On GCS (and S3) an object becomes visible only once its upload
+  is complete, and listings and reads are strongly consistent; on a store that shows a file while it is
+  written (HDFS; ``ram://`` in the tests) each file is written as ``.NAME.<random>.tmp`` beside its place and
+  renamed into it. Either way whoever finds ``saved_model.pb`` finds every file of the version, whole.
 
   - ``xlnet-tf serve`` ignores a version directory until its ``saved_model.pb`` exists: it never loads nor
     reports a partial version, and loads the version at its first poll after the copy.
@@ -58,7 +59,8 @@ Signatures (B = batch, L = max_seq_len, T = the request's width: its longest row
   whose bytes feature ``text`` (``text_a`` and ``text_b`` for pairs: the names of serving_default's inputs)
   holds one UTF-8 text -> ``classes`` string [B, C] (the label names) and ``scores`` float32 [B, C]
   (= ``probabilities``), or ``outputs`` float32 [B] (= ``prediction``). A missing or mistyped feature, or text
-  that is not UTF-8, fails the request with InvalidArgument naming the feature.
+  that is not UTF-8 (in the bytes read: see Bounded requests below), fails the request with InvalidArgument
+  naming the feature.
 * squad: ``serving_default(question, context)`` -> ``answer`` string [B] (a substring of the context),
   ``answer_start`` / ``answer_end`` int64 [B] (Unicode code point offsets into the context, end exclusive:
   ``answer == context[answer_start:answer_end]`` in Python; -1 / -1 and ``answer`` "" when no span
@@ -94,7 +96,8 @@ Signatures (B = batch, L = max_seq_len, T = the request's width: its longest row
   ``sequence_output`` float32 [B, T, d_model], ``pooled_output`` float32 [B, d_model] (the ``<cls>`` state,
   the last position), ``padding_mask`` / ``input_ids`` / ``segment_ids`` int32 [B, T]; ``tokenize(text)``
   -> ``token_ids`` int32 [B, L], ``token_start`` / ``token_end`` int64 [B, L] (code point spans in
-  ``text``), all padded with -1 after the first L tokens, ``num_tokens`` int64 [B] (before truncation);
+  ``text``), all padded with -1 after the first L tokens, ``num_tokens`` int64 [B] (of the text read, before
+  truncation);
   ``predict_ids(input_ids, segment_ids, padding_mask int32 [B, T]`` (+ ``p_mask`` [B, T] and ``cls_index``
   [B] for squad; [B, C, T] for race), any T <= L) -> the head's raw outputs.
 
@@ -105,6 +108,13 @@ left-padded to whole segments (T = the request's longest row rounded up to a mul
 run in order in a ``tf.while_loop`` that carries each layer's memory, so the cost grows with the request's
 number of segments. ``encode`` returns the last segment's states ([B, L, d_model]); ``tokenize`` pads to
 the document width; ``predict_ids`` takes T up to the document width, a multiple of L.
+
+Bounded requests (TensorFlow Serving has no server of ours in front): each text input is cut, before it is
+tokenized, to the bytes its kept pieces come from (its first bytes, or its last where the last pieces are kept: a
+prompt, RACE's question + option); a SQuAD context or a token-classification text is read up to 32 x L pieces; ids
+wider than the rows are refused (InvalidArgument) before the model runs. ``xlnet_export.json`` records the bounds
+under ``limits`` (``piece_bytes``; per text input its ``bytes``, ``keep`` and ``pieces``; ``ids_width``); exports
+without that key were made before the bounds and read whole texts. See ``xlnet_tf.tasks.graphs``.
 """
 
 import json
@@ -190,8 +200,7 @@ def set_method_names(export_dir, methods):
         for name, method in methods.items():
             if name in meta.signature_def:
                 meta.signature_def[name].method_name = method
-    with open(path, "wb") as f:
-        f.write(saved.SerializeToString(deterministic=True))
+    files.write_bytes(path, saved.SerializeToString(deterministic=True))  # whole: a reader never sees half
     fingerprint = os.path.join(export_dir, "fingerprint.pb")
     if os.path.exists(fingerprint):  # the fingerprint hashes saved_model.pb: write the new one's
         os.remove(fingerprint)
@@ -304,7 +313,7 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
     import tensorflow as tf
 
     from . import ops
-    from .signatures import build_generation_module, build_reusable_module, build_serving_module
+    from .signatures import build_generation_module, build_reusable_module, build_serving_module, export_limits
     from xlnet_tf.model import SPM_FILE
     from xlnet_tf.tokenization import XLNetTokenizer, tokenizer_settings
 
@@ -354,6 +363,8 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
             "signatures": _signature_summary(signatures),
             # the tf.Example features the classification / regression signature reads (bytes, UTF-8 text)
             "example_features": list(task.text_inputs(finetune_config)) if examples else None,
+            # what one request may cost: the bytes each text input is cut to, the widest predict_ids input
+            "limits": export_limits(task, finetune_config, tokenizer, length, reusable),
         }
         with open(os.path.join(extra, METADATA_FILE), "w", encoding="utf-8") as f:
             json.dump(metadata, f, indent=2, sort_keys=True)

@@ -16,6 +16,10 @@ attending only to itself, so a merged batch with one long text costs about its r
 
 Tokenization and feature building are pinned to the CPU (``tf.device("/cpu:0")``); the model runs
 wherever the server places it. Every ``tf.function`` is traced with ``jit_compile=False``.
+
+Every text input is cut to the bytes its kept pieces come from before it is tokenized, and ``predict_ids``
+refuses ids wider than the export's rows before the model runs (``xlnet_tf.tasks.graphs``, "Bounded requests");
+``export_limits`` is what xlnet_export.json records of those bounds.
 """
 
 import tensorflow as tf
@@ -23,7 +27,8 @@ import tensorflow as tf
 from xlnet_tf import tasks
 from xlnet_tf.data import graph_features as gf
 from xlnet_tf.data import packing
-from xlnet_tf.tasks.graphs import JIT, Graphs, same_batch, signature_function, text_spec
+from xlnet_tf.tasks.graphs import JIT, Graphs, limits_record, same_batch, signature_function, text_spec
+from xlnet_tf.tokenization import row_ids
 
 
 class _Root(tf.__internal__.tracking.AutoTrackable):
@@ -44,6 +49,27 @@ def _backing(variables):
             raise TypeError(f"{v.path if hasattr(v, 'path') else v}: no backing tf.Variable (got {type(value)})")
         out.append(value)
     return out
+
+
+def text_pieces(task, finetune_config, max_seq_len, reusable=False):
+    """{text input: (pieces, "first" or "last")} of an export (``ExportTask.text_pieces``; the reusable encoder:
+    its ``text``, up to max_seq_len pieces)."""
+    from xlnet_tf.training.finetune import config_doc_len
+
+    doc_len = None if reusable else config_doc_len(finetune_config)
+    width = gf.document_width(max_seq_len, doc_len)
+    return {"text": (width, "first")} if reusable else task.text_pieces(finetune_config, max_seq_len, doc_len, width)
+
+
+def export_limits(task, finetune_config, tokenizer, max_seq_len, reusable=False):
+    """What xlnet_export.json records of an export's bounds (``graphs.limits_record``): the bytes each text input is
+    cut to and from which end, and the widest ``predict_ids`` input (None for the reusable encoder, whose
+    signatures take text, and a language model's)."""
+    from xlnet_tf.training.finetune import config_doc_len
+
+    ids_width = None if reusable or task is tasks.LANGUAGE_MODEL else gf.document_width(
+        max_seq_len, config_doc_len(finetune_config))
+    return limits_record(text_pieces(task, finetune_config, max_seq_len, reusable), tokenizer, ids_width)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -75,7 +101,8 @@ def build_serving_module(model, tokenizer, finetune_config, max_seq_len, packing
 
     task = tasks.get(finetune_config["task"])
     pack = packing.parse_mode(packing_mode) == "auto" and task.packs
-    g = Graphs(model, tokenizer, max_seq_len, config_doc_len(finetune_config))
+    g = Graphs(model, tokenizer, max_seq_len, config_doc_len(finetune_config),
+               text_pieces(task, finetune_config, max_seq_len))
     root = _Root()
     root.tokenizer = tokenizer
     root.variables = _backing(model.variables)
@@ -125,7 +152,7 @@ def build_reusable_module(model, tokenizer, max_seq_len):
     """
     encoder = model.transformer
     length = max_seq_len
-    g = Graphs(model, tokenizer, length)
+    g = Graphs(model, tokenizer, length, text_pieces=text_pieces(None, {}, length, reusable=True))
     root = _Root()
     root.tokenizer = tokenizer
     root.variables = _backing(encoder.variables)
@@ -179,12 +206,16 @@ def build_generation_module(model, tokenizer, max_prompt_len, max_new_tokens):
     seed int64 [B])`` and ``serving_default(text [B])`` (greedy, ``max_new_tokens`` each) -> ``text`` string [B]
     (the continuation), ``token_ids`` int32 [B, N] (0 after a row's end; N = ``max_new_tokens``, the export's
     cap), ``log_probs`` float32 [B, N], ``num_tokens`` int32 [B] and ``finish_reason`` string [B] ("stop" or
-    "length"). A prompt keeps its last ``max_prompt_len`` tokens; an empty prompt reads ``<eod>`` (the start of
-    a document). Rows stop at ``</s>``, ``<eod>`` or ``<eop>``. Plus ``tokenize(text)`` -> ``token_ids`` int32,
-    ``token_start`` / ``token_end`` int64 (code points) padded with -1 to the longest row, ``num_tokens`` int64.
+    "length"). A prompt keeps its last ``max_prompt_len`` tokens (read from the end of its text: ``Graphs.cut``);
+    an empty prompt reads ``<eod>`` (the start of a document). Rows stop at ``</s>``, ``<eod>`` or ``<eop>``. Plus
+    ``tokenize(text)`` (what a prompt reads: of a longer text, the tokens of its end) -> ``token_ids`` int32,
+    ``token_start`` / ``token_end`` int64 (UTF-8 byte offsets into ``text``) padded with -1 to the longest row,
+    ``num_tokens`` int64.
     """
     from xlnet_tf import generation
 
+    g = Graphs(model, tokenizer, max_prompt_len, text_pieces=text_pieces(
+        tasks.LANGUAGE_MODEL, {"task": tasks.LANGUAGE_MODEL.name}, max_prompt_len))
     root = _Root()
     root.tokenizer = tokenizer
     root.variables = _backing(model.variables)
@@ -195,7 +226,7 @@ def build_generation_module(model, tokenizer, max_prompt_len, max_new_tokens):
     def decode(text, limits, temperature, top_k, top_p, seeds):
         with tf.device("/cpu:0"):
             keep = tf.fill(tf.shape(text, out_type=tf.int64), tf.constant(max_prompt_len, tf.int64))
-            ids = gf.keep_last(tokenizer.tokenize(text), keep)
+            ids = gf.keep_last(tokenizer.tokenize(g.cut(text, "text")), keep)
             ids = tf.ragged.map_flat_values(tf.cast, ids, tf.int32)
             empty = tf.equal(ids.row_lengths(), 0)
             eod = tf.RaggedTensor.from_row_lengths(tf.fill([tf.reduce_sum(tf.cast(empty, tf.int64))], tokenizer.eod_id),
@@ -218,12 +249,12 @@ def build_generation_module(model, tokenizer, max_prompt_len, max_new_tokens):
 
     @signature_function(specs)
     def generate(text, max_new_tokens, temperature, top_k, top_p, seed):
-        same_batch(text, max_new_tokens, temperature, top_k, top_p, seed)
-        checks = [tf.debugging.assert_non_negative(max_new_tokens, message="max_new_tokens must be >= 0"),
-                  tf.debugging.assert_non_negative(temperature, message="temperature must be >= 0 (0: greedy)"),
-                  tf.debugging.assert_non_negative(top_k, message="top_k must be >= 0 (0: every token)"),
-                  tf.debugging.assert_positive(top_p, message="top_p must be in (0, 1]"),
-                  tf.debugging.assert_less_equal(top_p, 1.0, message="top_p must be in (0, 1]")]
+        checks = same_batch(text, max_new_tokens, temperature, top_k, top_p, seed) + [
+            tf.debugging.assert_non_negative(max_new_tokens, message="max_new_tokens must be >= 0"),
+            tf.debugging.assert_non_negative(temperature, message="temperature must be >= 0 (0: greedy)"),
+            tf.debugging.assert_non_negative(top_k, message="top_k must be >= 0 (0: every token)"),
+            tf.debugging.assert_positive(top_p, message="top_p must be in (0, 1]"),
+            tf.debugging.assert_less_equal(top_p, 1.0, message="top_p must be in (0, 1]")]
         with tf.control_dependencies(checks):
             return decode(tf.identity(text), max_new_tokens, temperature, top_k, top_p, seed)
 
@@ -236,7 +267,10 @@ def build_generation_module(model, tokenizer, max_prompt_len, max_new_tokens):
     @signature_function([text_spec("text")])
     def tokenize(text):
         with tf.device("/cpu:0"):
-            ids, starts, ends = tokenizer.tokenize_with_offsets(text)
+            read = g.cut(text, "text")
+            ids, starts, ends = tokenizer.tokenize_with_offsets(read)
+            dropped = tf.cast(tf.strings.length(text) - tf.strings.length(read), tf.int64)  # offsets into `text`
+            starts, ends = (t.with_values(t.values + tf.gather(dropped, row_ids(t))) for t in (starts, ends))
             return {"token_ids": gf.pad_to_longest(ids, -1), "token_start": gf.pad_to_longest(starts, -1),
                     "token_end": gf.pad_to_longest(ends, -1), "num_tokens": ids.row_lengths()}
 

@@ -101,32 +101,46 @@ def permutation_inputs(rng, batch=3, length=12, num_predict=4, vocab=64, pad_len
     }
 
 
-def tiny_finetuned_classifier(work, texts, config, max_seq_len, seed, label_names=("negative", "neutral", "positive")):
-    """A tiny fine-tuned classification directory (random weights, initializer_range 0.3) under `work`, as
-    `xlnet-tf finetune` writes it, with a SentencePiece model of 400 pieces trained on CPython's documentation
-    text and `texts` -> its path (str)."""
-    import keras
+def tiny_spm(work, texts):
+    """A SentencePiece model of 400 pieces trained on CPython's documentation text and `texts` -> its path (str)."""
     import pydoc_data.topics
 
-    from xlnet_tf.config import RunOptions
-    from xlnet_tf.heads import head_arguments, save_finetuned
-    from xlnet_tf.tasks import build_head_model
     from xlnet_tf.tokenization import train_spm
 
     lines = [line.strip() for _, text in sorted(pydoc_data.topics.topics.items())
              for line in text.splitlines() if line.strip()]
     corpus = work / "corpus.txt"
     corpus.write_text("\n".join(lines[:1500] + list(texts) * 3) + "\n", encoding="utf-8")
-    spm = train_spm(corpus, work / "spm" / "spiece", 400, minloglevel=2, num_threads=2)
-    finetune_config = {"task": "classification", "lower_case": False, "spm_model": "spiece.model",
-                       "doc_stride": 128, "max_query_len": 64, "max_seq_len": max_seq_len,
-                       "num_labels": len(label_names), "label_names": list(label_names)}
+    return train_spm(corpus, work / "spm" / "spiece", 400, minloglevel=2, num_threads=2)
+
+
+def tiny_finetuned(work, name, finetune_config, config, seed, spm):
+    """A tiny fine-tuned directory `work`/finetuned/`name` of `finetune_config`'s task (random weights,
+    initializer_range 0.3) as `xlnet-tf finetune` writes it, with the SentencePiece model `spm` -> its path (str)."""
+    import keras
+
+    from xlnet_tf.config import RunOptions
+    from xlnet_tf.heads import head_arguments, save_finetuned
+    from xlnet_tf.tasks import build_head_model
+
+    finetune_config = {"lower_case": False, "spm_model": "spiece.model", "doc_stride": 128, "max_query_len": 64,
+                       **finetune_config}
     keras.utils.set_random_seed(seed)
-    model = build_head_model("classification", config, RunOptions(dropout=0.0, dropatt=0.0, initializer_range=0.3),
+    model = build_head_model(finetune_config["task"], config,
+                             RunOptions(dropout=0.0, dropatt=0.0, initializer_range=0.3),
                              **head_arguments(finetune_config))
-    model_dir = work / "finetuned" / "cls"
+    model_dir = work / "finetuned" / name
     save_finetuned(model, str(model_dir), finetune_config, extra_files=[spm])
     return str(model_dir)
+
+
+def tiny_finetuned_classifier(work, texts, config, max_seq_len, seed, label_names=("negative", "neutral", "positive")):
+    """A tiny fine-tuned classification directory (random weights, initializer_range 0.3) under `work`, as
+    `xlnet-tf finetune` writes it, with a SentencePiece model of 400 pieces trained on CPython's documentation
+    text and `texts` -> its path (str)."""
+    return tiny_finetuned(work, "cls", {"task": "classification", "max_seq_len": max_seq_len,
+                                        "num_labels": len(label_names), "label_names": list(label_names)},
+                          config, seed, tiny_spm(work, texts))
 
 
 def resumes_bit_identical(make_trainer, tmp_path, what, steps=8, stop_at=4):

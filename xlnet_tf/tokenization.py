@@ -32,7 +32,8 @@ records them in ``xlnet_tokenizer.json`` beside its ``spiece.model`` (``xlnet-tf
 it from the source's ``tokenizer_config.json``) and a fine-tuned one in ``finetune_config.json`` too.
 
 Public API: ``XLNetTokenizer``, ``preprocess_text``, ``train_spm``, ``tokenizer_settings``,
-``read_tokenizer_settings``.
+``read_tokenizer_settings``; ``row_ids`` and ``substrings`` (ragged row ids and byte slices in memory linear in
+their values, which the feature builders use too).
 """
 
 import collections
@@ -145,6 +146,28 @@ def _final_sigmas(codepoints, rows, tables):
 
 
 # ----------------------------------------------------------------------------------------------------
+# Ragged rows and byte slices in linear memory (also the feature builders')
+
+
+def row_ids(rt):
+    """The row of every value of ragged ``rt [B, None]``, int64 ``[N]`` (``rt.value_rowids()``), in memory linear in
+    N: TensorFlow's own (and ``tf.ragged.boolean_mask``'s) tiles each row's index to the longest row's length, so a
+    batch of many short rows and one long one costs rows x longest."""
+    splits = tf.cast(rt.row_splits, tf.int64)
+    return tf.searchsorted(splits[1:], tf.range(splits[-1]), side="right", out_type=tf.int64)
+
+
+def substrings(text, rows, starts, lengths):
+    """Byte slices ``text[rows[k]][starts[k]:starts[k] + lengths[k]]``: string ``[K]``, from the texts ``[B]`` and
+    int64 ``[K]`` ``rows``, ``starts`` and ``lengths``. The texts are joined once and sliced in place (one ``Substr``
+    broadcasting the joined text over the slices): the cost is the texts' and the slices' bytes, where gathering each
+    slice's text first copies a whole text per slice."""
+    base = tf.cumsum(tf.cast(tf.strings.length(text), tf.int64), exclusive=True)
+    joined = tf.strings.unsorted_segment_join(text, tf.zeros_like(base), 1)[0]
+    return tf.strings.substr(joined, tf.gather(base, rows) + starts, lengths, unit="BYTE")
+
+
+# ----------------------------------------------------------------------------------------------------
 # Preprocessing
 
 
@@ -166,7 +189,7 @@ def _preprocess_with_alignment(strings, lower_case, keep_accents=False, remove_s
     strings = tf.convert_to_tensor(strings, tf.string)
     decoded, starts = tf.strings.unicode_decode_with_offsets(strings, "UTF-8", errors="replace")
     cps, splits = decoded.values, decoded.row_splits
-    rows = decoded.value_rowids()
+    rows = row_ids(decoded)
     idx = tf.range(tf.size(cps, out_type=tf.int64))
     row_start, row_limit = tf.gather(splits, rows), tf.gather(splits[1:], rows)
     first, last = idx == row_start, idx + 1 == row_limit
@@ -281,6 +304,9 @@ class XLNetTokenizer(tf.Module):
         self._sp = tf_text.SentencepieceTokenizer(model=self._model_bytes, out_type=tf.string)
         processor = spm.SentencePieceProcessor(model_proto=self._model_bytes)
         self._vocab_size = processor.get_piece_size()
+        self._longest_piece = max((len(processor.id_to_piece(i)) for i in range(self._vocab_size)
+                                   if not (processor.is_control(i) or processor.is_unknown(i)
+                                           or processor.is_unused(i) or processor.is_byte(i))), default=1)
         self._special = {piece: processor.piece_to_id(piece) for piece in SPECIAL_PIECES}
         self._digit_comma = "(?s).*" + _unicode_tables().digit_class + ","
         self._encode_fn = None
@@ -300,6 +326,9 @@ class XLNetTokenizer(tf.Module):
                                       "remove_space": self._remove_space},
                         doc="The preprocessing switches, as recorded in xlnet_tokenizer.json / finetune_config.json.")
     vocab_size = property(lambda self: self._vocab_size, doc="Number of pieces in the vocabulary.")
+    longest_piece = property(lambda self: self._longest_piece,
+                             doc="Characters of the longest piece text can be encoded to (normal and user-defined "
+                                 "pieces; a leading ▁ counts as one).")
     unk_id = property(lambda self: self._special["<unk>"])
     bos_id = property(lambda self: self._special["<s>"])
     eos_id = property(lambda self: self._special["</s>"])
@@ -324,7 +353,7 @@ class XLNetTokenizer(tf.Module):
         p, s, e = pieces.values, starts.values, ends.values
         where = tf.where(tf.strings.regex_full_match(p, self._digit_comma))[:, 0]
         piece, p_start, p_end = tf.gather(p, where), tf.gather(s, where), tf.gather(e, where)
-        row_text = tf.gather(text, tf.gather(pieces.value_rowids(), where))
+        row = tf.gather(row_ids(pieces), where)  # each piece's text, read in place (not copied per piece)
 
         # Re-encode the piece without its comma and without any "▁".
         n_bytes = tf.strings.length(piece)
@@ -345,9 +374,9 @@ class XLNetTokenizer(tf.Module):
         comma = tf.maximum(p_end - 1, 0)
         inner_len = tf.cast(tf.strings.length(inner), tf.int64)
         base = comma - inner_len
-        has_comma = tf.strings.substr(row_text, comma, tf.ones_like(comma)) == ","
+        has_comma = substrings(text, row, comma, tf.ones_like(comma)) == ","
         aligned = has_comma & (base >= p_start) & (
-            tf.strings.substr(row_text, tf.maximum(base, 0), inner_len) == inner)
+            substrings(text, row, tf.maximum(base, 0), inner_len) == inner)
         digits_end = tf.where(has_comma, comma, p_end)
         row_aligned, row_base = tf.gather(aligned, sub_rows), tf.gather(base, sub_rows)
         sub_start = sub.with_flat_values(
@@ -373,9 +402,9 @@ class XLNetTokenizer(tf.Module):
         if not with_offsets:
             return ids
         # Token spans never include the whitespace that a leading "▁" stands for.
-        rows = starts.value_rowids()
+        rows = row_ids(starts)
         s, e = starts.values, ends.values
-        surface = tf.strings.substr(tf.gather(align.text, rows), s, e - s)
+        surface = substrings(align.text, rows, s, e - s)
         lead = "^ +" if self._remove_space else "^[\\s\\p{Z}]+"  # kept whitespace may be any kind
         s = e - tf.cast(tf.strings.length(tf.strings.regex_replace(surface, lead, "")), tf.int64)
         # Preprocessed byte offset -> output character -> original character's byte span.

@@ -37,6 +37,7 @@ import math
 import tensorflow as tf
 
 from xlnet_tf.data.labels import IGNORE  # the label id of positions that are not scored
+from xlnet_tf.tokenization import row_ids
 
 SEP_ID, CLS_ID, PAD_ID = 4, 3, 5
 # Segment ids of the original scripts (classifier_utils / run_race and run_squad).
@@ -49,21 +50,29 @@ SQUAD_SEG_P, SQUAD_SEG_Q, SQUAD_SEG_CLS, SQUAD_SEG_PAD = 0, 1, 2, 3
 
 def _positions(rt):
     """Position of every value of ragged ``rt [B, None]`` inside its row, int64 ``[N]``."""
-    rows = rt.value_rowids()
+    rows = row_ids(rt)
     return tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(rt.row_starts(), rows)
+
+
+def _keep(rt, keep, last):
+    """The first (``last``: the last) ``keep[b]`` values of each row of ragged ``rt [B, None, ...]``, in memory linear
+    in its values (``tf.ragged.boolean_mask`` is not, see ``tokenization.row_ids``)."""
+    lengths = rt.row_lengths()
+    keep = tf.maximum(tf.minimum(tf.cast(keep, lengths.dtype), lengths), 0)
+    at = _positions(rt)
+    rows = row_ids(rt)
+    mask = at >= tf.gather(lengths - keep, rows) if last else at < tf.gather(keep, rows)
+    return tf.RaggedTensor.from_row_lengths(tf.gather(rt.values, tf.where(mask)[:, 0]), keep, validate=False)
 
 
 def keep_first(rt, keep):
     """The first ``keep[b]`` values of each row of ``rt`` (``keep`` int64 ``[B]``)."""
-    mask = _positions(rt) < tf.gather(keep, rt.value_rowids())
-    return tf.ragged.boolean_mask(rt, rt.with_flat_values(mask))
+    return _keep(rt, keep, last=False)
 
 
 def keep_last(rt, keep):
     """The last ``keep[b]`` values of each row of ``rt``."""
-    rows = rt.value_rowids()
-    mask = _positions(rt) >= tf.gather(rt.row_lengths() - keep, rows)
-    return tf.ragged.boolean_mask(rt, rt.with_flat_values(mask))
+    return _keep(rt, keep, last=True)
 
 
 def _fill_rows(lengths, value, dtype):
@@ -87,7 +96,7 @@ def pad_rows(rt, width, pad_value, left=False):
     padding) of their dense row; the rest is ``pad_value``. ``width`` is a Python int (a static shape) or
     an int scalar tensor (see ``batch_width``).
     """
-    rows = rt.value_rowids()
+    rows = row_ids(rt)
     pos = _positions(rt)
     width64 = tf.cast(width, tf.int64)
     if left:
@@ -129,8 +138,8 @@ def byte_to_char_offsets(strings, offsets):
     _, starts = tf.strings.unicode_decode_with_offsets(strings, "UTF-8", errors="replace")
     byte_len = tf.cast(tf.strings.length(strings), tf.int64)
     base = tf.cumsum(byte_len, exclusive=True)
-    global_starts = starts.values + tf.gather(base, starts.value_rowids())
-    rows = offsets.value_rowids()
+    global_starts = starts.values + tf.gather(base, row_ids(starts))
+    rows = row_ids(offsets)
     query = tf.cast(offsets.values, tf.int64) + tf.gather(base, rows)
     index = tf.searchsorted(global_starts, query, side="left", out_type=tf.int64)
     return offsets.with_flat_values(index - tf.gather(starts.row_starts(), rows))
@@ -454,20 +463,43 @@ def squad_best_spans(outputs, windows, n_examples, max_answer_length=64):
 # RACE
 
 
-def race_qa_text(questions, options):
+def _cloze_tails(pieces, rows, last, options, last_bytes):
+    """The parts ``piece + option`` of cloze texts (no option after a text's last piece), each cut to what lies in
+    its text's last ``last_bytes`` bytes: string ``[N]``, from the pieces ``[N]``, their text's row ``rows`` and
+    ``last`` (bool ``[N]``), and the options ``[R]``. An option is copied only where it is kept."""
+    piece_len = tf.cast(tf.strings.length(pieces), tf.int64)
+    option_len = tf.cast(tf.strings.length(options), tf.int64)
+    glue_len = tf.where(last, tf.zeros_like(piece_len), tf.gather(option_len, rows))
+    through = tf.cumsum(piece_len + glue_len)  # bytes of the batch's texts up to the end of each part
+    room = tf.maximum(last_bytes - (tf.gather(tf.boolean_mask(through, last), rows) - through), 0)
+    glue_keep = tf.minimum(glue_len, room)
+    piece_keep = tf.minimum(piece_len, tf.maximum(room - glue_len, 0))
+    heads = tf.strings.substr(pieces, piece_len - piece_keep, piece_keep)
+    at = tf.where(glue_keep > 0)
+    glue_rows, keep = tf.gather(rows, at[:, 0]), tf.gather(glue_keep, at[:, 0])
+    tails = tf.strings.substr(tf.gather(options, glue_rows), tf.gather(option_len, glue_rows) - keep, keep)
+    return tf.strings.join([heads, tf.tensor_scatter_nd_update(tf.fill(tf.shape(pieces), ""), at, tails)])
+
+
+def race_qa_text(questions, options, last_bytes=None):
     """The original's question + option text: questions string ``[B]``, options string ``[B, C]`` -> ``[B, C]``.
 
     A question holding ``_`` (a cloze) gets the option in place of every ``_`` (literal, no regex); any
-    other question is followed by a space and the option.
+    other question is followed by a space and the option. With ``last_bytes`` (a Python int), a cloze text is
+    only its last ``last_bytes`` bytes (they may begin inside a character), built without writing the rest, so a
+    question of many ``_`` with long options costs about their bytes, not their product.
     """
     n_choices = tf.shape(options)[1]
     q = tf.repeat(questions, n_choices)  # [B * C], option-minor
     opt = tf.reshape(options, [-1])
     pieces = tf.strings.split(q, sep="_")  # ragged [B * C, None]; one piece when there is no "_"
-    rows = pieces.value_rowids()
+    rows = row_ids(pieces)
     last = _positions(pieces) + 1 == tf.gather(pieces.row_lengths(), rows)
-    glue = tf.where(last, "", tf.gather(opt, rows))
-    cloze = tf.strings.reduce_join(pieces.with_flat_values(tf.strings.join([pieces.values, glue])), axis=1)
+    if last_bytes is None:
+        parts = tf.strings.join([pieces.values, tf.where(last, "", tf.gather(opt, rows))])
+    else:
+        parts = _cloze_tails(pieces.values, rows, last, opt, last_bytes)
+    cloze = tf.strings.reduce_join(pieces.with_flat_values(parts), axis=1)
     plain = tf.strings.join([q, opt], separator=" ")
     text = tf.where(pieces.row_lengths() > 1, cloze, plain)
     return tf.reshape(text, tf.shape(options))
@@ -614,7 +646,7 @@ def token_windows(word_ids, max_seq_len, doc_stride=None, pad_to_multiple=None, 
     counts = pieces.row_lengths()
     ends = tf.cumsum(counts)
     starts = ends - counts
-    sentence_of_word = word_ids.value_rowids()
+    sentence_of_word = row_ids(word_ids)
     first_word = word_ids.row_starts()
     w = _word_windows(starts, ends, first_word, word_ids.row_limits(), span, stride)
     n_windows = tf.size(w["sentence"], out_type=tf.int64)

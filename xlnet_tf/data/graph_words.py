@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.metrics import chunk_ends, chunk_starts, tag_parts
+from xlnet_tf.tokenization import row_ids, substrings
 
 __all__ = ["split_words", "chunk_entities"]
 
@@ -75,7 +76,7 @@ def _char_byte_ends(byte_starts, byte_len):
     """Byte end (exclusive) of every character: ragged int64 ``[B, None]`` of its start offsets and int64
     ``[B]`` byte lengths -> int64 ``[N]`` (the next character's start, or the string's length)."""
     starts = byte_starts.values
-    rows = byte_starts.value_rowids()
+    rows = row_ids(byte_starts)
     n = tf.size(starts, out_type=tf.int64)
     following = tf.concat([starts[1:], tf.zeros([1], tf.int64)], 0)[:n]
     last = tf.range(n) + 1 >= tf.gather(byte_starts.row_limits(), rows)
@@ -101,8 +102,8 @@ def _word_strings(text, codepoints, solid, begins, word_rows, start_bytes, end_b
     Takes the texts ``[B]``, the flat code points ``[N]``, which characters are in a word (``solid``) and
     which begin one (``begins``, bool ``[N]``), and each word's text and byte offsets (int64 ``[W]``).
     A word is its code points encoded back to UTF-8 (the same bytes, for valid UTF-8, and linear in the
-    text, where slicing a copy of the whole text per word is not); the words with a U+FFFD, which may stand
-    for invalid bytes, are sliced from (a copy of) their text instead.
+    text); the words with a U+FFFD, which may stand for invalid bytes, are sliced from their text instead
+    (``tokenization.substrings``, linear too).
     """
     n_words = tf.size(start_bytes, out_type=tf.int64)
     word_of = tf.cumsum(tf.cast(begins, tf.int64)) - 1
@@ -115,8 +116,7 @@ def _word_strings(text, codepoints, solid, begins, word_rows, start_bytes, end_b
     redo = tf.where(replaced > 0)
     redo_flat = tf.reshape(redo, [-1])
     starts = tf.gather(start_bytes, redo_flat)
-    sliced = tf.strings.substr(tf.gather(text, tf.gather(word_rows, redo_flat)), starts,
-                               tf.gather(end_bytes, redo_flat) - starts, unit="BYTE")
+    sliced = substrings(text, tf.gather(word_rows, redo_flat), starts, tf.gather(end_bytes, redo_flat) - starts)
     return tf.tensor_scatter_nd_update(encoded, redo, sliced)
 
 
@@ -135,7 +135,7 @@ def split_words(text):
     codepoints, byte_starts = tf.strings.unicode_decode_with_offsets(text, "UTF-8", errors="replace")
     byte_starts = tf.cast(byte_starts, tf.int64)
     byte_len = tf.cast(tf.strings.length(text), tf.int64)
-    rows = byte_starts.value_rowids()
+    rows = row_ids(byte_starts)
     index = tf.range(tf.size(rows, out_type=tf.int64))
     first = tf.equal(index, tf.gather(byte_starts.row_starts(), rows))
     last = tf.equal(index + 1, tf.gather(byte_starts.row_limits(), rows))

@@ -14,6 +14,9 @@ from xlnet_tf import files
 from xlnet_tf.config import ConfigError
 
 ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask")
+# An export reads a SQuAD context, or a token-classification text, up to this many times max_seq_len pieces: it
+# reads every window of them, so the length of the text alone would bound what one request costs.
+WINDOWED_LENGTHS = 32
 # Texts of the requests written to an export's assets.extra/tf_serving_warmup_requests (serving_default only).
 WARMUP_TEXTS = (
     "XLNet is a generalized autoregressive pretraining method.",
@@ -86,6 +89,14 @@ class ExportTask:
     def warmup_inputs(self, finetune_config):
         """serving_default inputs (name -> list / nested list of str) for a few realistic requests."""
         return [{"text": [t]} for t in WARMUP_TEXTS] + [{"text": list(WARMUP_TEXTS)}]
+
+    def text_pieces(self, finetune_config, length, doc_len, width):
+        """{text input: (pieces, "first" or "last")}: the most pieces the export's signatures keep of each text input,
+        from its start or from its end; each input is cut to the bytes those pieces come from before it is tokenized
+        (`tasks.graphs.cut_text`). `length` is max_seq_len (the segment length of long documents), `doc_len`
+        max_doc_len (None: one window), `width` the widest row. Every export has `tokenize(text)` (its first `width`
+        pieces) and `encode` on the sentence inputs (fewer)."""
+        return {"text": (width, "first")}
 
 
 class Task(ExportTask):

@@ -48,6 +48,15 @@ class SentenceTask(Task):
     def text_inputs(self, finetune_config):
         return ("text_a", "text_b") if finetune_config.get("pairs") else ("text",)
 
+    def text_pieces(self, finetune_config, length, doc_len, width):
+        """A single text keeps its first max_doc_len (or max_seq_len) - 2 pieces; a pair's text_a as many (a pair's A
+        keeps as many as it does with any longer A), text_b at most max_seq_len - 3."""
+        budget = doc_len or length
+        pieces = super().text_pieces(finetune_config, length, doc_len, width)
+        if finetune_config.get("pairs"):
+            pieces.update(text_a=(budget - 2, "first"), text_b=(length - 3, "first"))
+        return pieces
+
     def warmup_inputs(self, finetune_config):
         if not finetune_config.get("pairs"):
             return super().warmup_inputs(finetune_config)
@@ -91,7 +100,8 @@ class SentenceTask(Task):
         @graphs.signature_function([tf.TensorSpec([None], tf.string, name="inputs")])
         def on_examples(inputs):
             # serving_default's traced function, called: one copy of the model in the SavedModel.
-            return self.example_outputs(serving_default(*graphs.parse_text_examples(inputs, names)), finetune_config)
+            return self.example_outputs(serving_default(*graphs.parse_text_examples(inputs, names, g.cut)),
+                                        finetune_config)
 
         (example_signature,) = self.example_methods
         return {example_signature: on_examples, "serving_default": serving_default,

@@ -1,8 +1,26 @@
 """The traced pieces that every task's export signatures share: text -> features on the CPU, the model, the
-signature helpers (`signature_function`, input specs, batch and width checks) and tf.Example parsing.
+signature helpers (`signature_function`, input specs, batch and width checks), tf.Example parsing, and the bounds
+a request's text is cut to before it is tokenized.
 
 Imported by the tasks' `serving_signatures` and by `xlnet_tf.export.signatures` (never by training: it
 imports TensorFlow). Every ``tf.function`` is traced with ``jit_compile=False`` (no XLA in served functions).
+
+Bounded requests. An export is served without a server of ours in front of it (TensorFlow Serving), so its
+signatures bound what one request costs themselves:
+
+* every text input is cut to ``pieces x piece_bytes`` bytes (`cut_text`) before it is tokenized: ``pieces`` the
+  most pieces a signature keeps of that input (`ExportTask.text_pieces`), from its start, or from its end where the
+  last pieces are kept (a language model's prompt, RACE's question + option); ``piece_bytes`` the most bytes of
+  ordinary text one piece is read from (`piece_bytes`). A text within its bound is not changed. A longer text is
+  answered exactly as before whenever the whitespace-separated words holding its kept pieces lie inside the
+  bound: SentencePiece's pieces never span whitespace and the preprocessing of a word does not look past the
+  whitespace around it, so the cut changes nothing before the word it falls in (after it, keeping the end). Not
+  covered: a kept piece inside the word the cut falls in, the same only where SentencePiece segments the beginning
+  (the end) of that word as it segments the whole word (ordinary long words; not always runs of one repeated
+  character, whose best segmentation depends on the run's length); and, keeping the end, segmentation ties in the
+  part kept (runs of one repeated character again), which SentencePiece breaks by the float32 rounding of the
+  score of everything before them, which the cut changes;
+* the id signatures refuse inputs wider than the export's rows (`checked_ids`) before the model reads them.
 """
 
 import tensorflow as tf
@@ -14,6 +32,7 @@ from xlnet_tf.data.buckets import PAD_MULTIPLE
 from xlnet_tf.tasks.base import ENCODER_INPUTS
 
 JIT = False  # no XLA in served functions
+UTF8_MAX_BYTES = 4  # the most bytes one character takes in UTF-8
 
 
 def signature_function(signature):
@@ -48,32 +67,98 @@ def char_to_byte_offsets(strings, char_offsets):
 
 
 def same_batch(*tensors):
-    """Fail (InvalidArgument) when the inputs of one request do not have the same batch size."""
+    """Fail (InvalidArgument) when the inputs of one request do not have the same batch size; returns the checks."""
     n = tf.shape(tensors[0])[0]
-    for t in tensors[1:]:
-        tf.debugging.assert_equal(tf.shape(t)[0], n, message="all inputs of a request need the same batch size")
+    return [tf.debugging.assert_equal(tf.shape(t)[0], n, message="all inputs of a request need the same batch size")
+            for t in tensors[1:]]
 
 
-def check_width(ids, length, segment_len=None):
-    """Fail (InvalidArgument) when ids are wider than the export's max_seq_len (document width), their widths
-    differ, or (long documents) the width is not whole segments of ``segment_len``."""
+def checked_ids(ids, length, segment_len=None):
+    """The id inputs ``ids`` (a list of int tensors ``[B, ..., T]``), each passed on only once every check has passed:
+    they have the same batch size and the same width T, T is at most ``length`` (the export's max_seq_len, or its
+    document width) and, for long documents, whole segments of ``segment_len``. A failed check fails the request
+    (InvalidArgument) before anything that reads the returned tensors runs: the model never sees a row wider than
+    the export's."""
     width = tf.shape(ids[0])[-1]
-    tf.debugging.assert_less_equal(width, length, message=f"input_ids may have at most {length} positions")
+    checks = same_batch(*ids) + [
+        tf.debugging.assert_less_equal(width, length, message=f"input_ids may have at most {length} positions")]
     if segment_len:
-        tf.debugging.assert_equal(width % segment_len, 0,
-                                  message=f"input_ids of a long-document model need whole segments of {segment_len} "
-                                          f"positions (left-padded)")
-    for t in ids[1:]:
-        tf.debugging.assert_equal(tf.shape(t)[-1], width, message="all id inputs need the same number of positions")
+        checks.append(tf.debugging.assert_equal(
+            width % segment_len, 0,
+            message=f"input_ids of a long-document model need whole segments of {segment_len} positions (left-padded)"))
+    checks += [tf.debugging.assert_equal(tf.shape(t)[-1], width,
+                                         message="all id inputs need the same number of positions") for t in ids[1:]]
+    with tf.control_dependencies(checks):
+        return [tf.identity(t) for t in ids]
 
 
-def parse_text_examples(serialized, feature_names):
-    """Serialized tf.Examples ``[B]`` -> one string ``[B]`` per name of ``feature_names``: each Example's bytes
-    feature of that name, one value of UTF-8 text. A missing feature, another type or count, or text that is
-    not UTF-8 fails the request (InvalidArgument naming the feature)."""
+def piece_bytes(tokenizer):
+    """The most bytes of ordinary text one piece is read from: 4 (the most bytes of a character in UTF-8) x the
+    characters of the tokenizer's longest piece (``XLNetTokenizer.longest_piece``; at most 16 in a vocabulary
+    trained with SentencePiece's defaults).
+
+    Each character of a piece comes from its own character of the text: the preprocessing maps a character to zero
+    or more characters (NFKD and case mapping expand, never join) and a piece's leading ``▁`` stands for the one
+    space the whitespace before it became. Text read beyond that is what makes a text not "ordinary": a whitespace
+    run (one ``▁``), combining marks (dropped: read with the character before them), characters that
+    SentencePiece's NFKC joins (Hangul jamo), and runs of characters outside the vocabulary (one ``<unk>`` piece)."""
+    return UTF8_MAX_BYTES * tokenizer.longest_piece
+
+
+def _continuation_bytes(windows):
+    """Which bytes of ``windows`` (string ``[N]``, at most 4 bytes each) are UTF-8 continuation bytes (10xxxxxx):
+    bool ``[N, 4]``, False past a window's end."""
+    values = tf.strings.unicode_decode(windows, "ISO-8859-1")  # one code point per byte: its value
+    dense = gf.pad_rows(values, UTF8_MAX_BYTES, 0)
+    return (dense >= 0x80) & (dense < 0xC0)
+
+
+def cut_text(text, max_bytes, keep_last=False):
+    """Each string of ``text`` (string, any shape -> the same shape) cut to at most ``max_bytes`` bytes (a Python int
+    >= 4) at a character boundary: its first bytes, up to the last boundary at or before ``max_bytes``, or with
+    ``keep_last`` its last bytes, from the first boundary at or after ``len - max_bytes``. A boundary is a byte that
+    is not a UTF-8 continuation byte: no character is split, and the cut text decodes to the characters the whole
+    text has there (an invalid byte is one U+FFFD either way). A string of at most ``max_bytes`` bytes is returned as
+    it is. Reads 4 bytes of a longer string besides those it keeps."""
+    if max_bytes < UTF8_MAX_BYTES:
+        raise ValueError(f"max_bytes must be at least {UTF8_MAX_BYTES}, got {max_bytes}")
+    flat = tf.reshape(text, [-1])
+    length = tf.strings.length(flat)
+    over = length > max_bytes
+    # the 4 bytes where the cut falls: from len - max_bytes on (keep_last), or up to max_bytes
+    edge = tf.maximum(length - max_bytes, 0) if keep_last else tf.minimum(length, max_bytes - UTF8_MAX_BYTES + 1)
+    boundary = ~_continuation_bytes(tf.strings.substr(flat, edge, tf.fill(tf.shape(edge), UTF8_MAX_BYTES)))
+    at = tf.range(UTF8_MAX_BYTES)
+    last = UTF8_MAX_BYTES - 1
+    if keep_last:  # four continuation bytes: the last one is past any character that reaches into the window
+        start = tf.where(over, edge + last - tf.reduce_max(tf.where(boundary, last - at, 0), axis=1), 0)
+        cut = tf.strings.substr(flat, start, length - start)
+    else:  # four continuation bytes: the one at max_bytes is in no character
+        found = tf.reduce_max(tf.where(boundary, at, -1), axis=1)
+        end = tf.where(over, edge + tf.where(found < 0, last, found), length)
+        cut = tf.strings.substr(flat, tf.zeros_like(end), end)
+    return tf.reshape(cut, tf.shape(text))
+
+
+def limits_record(text_pieces, tokenizer, ids_width=None):
+    """xlnet_export.json's ``limits``: ``piece_bytes``, ``text_inputs`` {input: {``bytes`` the most a signature
+    tokenizes, ``keep`` "first" / "last" (which end of a longer text is read), ``pieces`` the most pieces kept}} from
+    ``text_pieces`` ({input: (pieces, "first" or "last")}, ``ExportTask.text_pieces``), and ``ids_width``: the widest
+    input ``predict_ids`` takes (None: no id signature)."""
+    per_piece = piece_bytes(tokenizer)
+    return {"piece_bytes": per_piece, "ids_width": ids_width,
+            "text_inputs": {name: {"bytes": pieces * per_piece, "keep": end, "pieces": pieces}
+                            for name, (pieces, end) in sorted(text_pieces.items())}}
+
+
+def parse_text_examples(serialized, feature_names, read):
+    """Serialized tf.Examples ``[B]`` -> one string ``[B]`` per name of ``feature_names``: what ``read(text, name)``
+    (``Graphs.cut``) reads of each Example's bytes feature of that name, one value of UTF-8 text. A missing feature,
+    another type or count, or text read that is not UTF-8 fails the request (InvalidArgument naming the feature)."""
     with tf.device("/cpu:0"):
         parsed = tf.io.parse_example(serialized, {name: tf.io.FixedLenFeature([], tf.string)
                                                   for name in feature_names})
+        parsed = {name: read(parsed[name], name) for name in feature_names}
         for name in feature_names:
             text = parsed[name]
             roundtrip = tf.strings.unicode_encode(tf.strings.unicode_decode(text, "UTF-8", errors="replace"),
@@ -87,12 +172,15 @@ def parse_text_examples(serialized, feature_names):
 class Graphs:
     """Traced pieces shared by the signatures of one export: `model` (the head model), `tokenizer`, `length`
     (max_seq_len, the segment length for long documents), `doc_len` (max_doc_len or None), `width` (the
-    widest row)."""
+    widest row), `text_pieces` ({text input: (pieces, "first" or "last")}, `ExportTask.text_pieces`: what
+    `cut` reads of each text input) and `piece_bytes` (`piece_bytes`)."""
 
-    def __init__(self, model, tokenizer, max_seq_len, max_doc_len=None):
+    def __init__(self, model, tokenizer, max_seq_len, max_doc_len=None, text_pieces=None):
         self.model, self.tokenizer, self.length = model, tokenizer, max_seq_len
         self.doc_len = max_doc_len  # long documents read with memory: segments of max_seq_len
         self.width = gf.document_width(max_seq_len, max_doc_len)
+        self.text_pieces = dict(text_pieces or {})
+        self.piece_bytes = piece_bytes(tokenizer)
         spec = [tf.TensorSpec([None], tf.string)]
 
         # Tokenization is traced ONCE per export as two library functions that every signature calls
@@ -110,23 +198,40 @@ class Graphs:
                 ids, starts, ends = tokenizer.tokenize_with_offsets(text)
                 return ids, gf.byte_to_char_offsets(text, starts), gf.byte_to_char_offsets(text, ends)
 
-        self.token_ids, self.tokens_with_offsets = token_ids, tokens_with_offsets
+        self._token_ids, self._tokens_with_offsets = token_ids, tokens_with_offsets
 
     # -- text -> features (CPU) -----------------------------------------------------------------------
+    def cut(self, text, name):
+        """Text input `name` (string, any shape) cut to the bytes its kept pieces come from (`cut_text`: the first
+        or last ``pieces x piece_bytes`` bytes, ``text_pieces[name]``)."""
+        pieces, end = self.text_pieces[name]
+        return cut_text(text, pieces * self.piece_bytes, keep_last=end == "last")
+
+    def token_ids(self, text, name):
+        """Text input `name` string ``[B]`` -> ragged int32 ``[B, None]`` ids of what `cut` reads of it."""
+        return self._token_ids(self.cut(text, name))
+
+    def tokens_with_offsets(self, text, name):
+        """Text input `name` string ``[B]`` -> ids and code point start / end offsets into what `cut` reads of it
+        (the text itself where its start is kept)."""
+        return self._tokens_with_offsets(self.cut(text, name))
+
     def classification_inputs(self, text_a, text_b=None):
+        """Encoder inputs of the text inputs ``text`` [B], or the pair ``text_a`` / ``text_b``."""
         with tf.device("/cpu:0"):
-            if text_b is not None:
-                same_batch(text_a, text_b)
-            ids_a = self.token_ids(text_a)
-            ids_b = None if text_b is None else self.token_ids(text_b)
+            if text_b is None:
+                ids_a, ids_b = self.token_ids(text_a, "text"), None
+            else:
+                with tf.control_dependencies(same_batch(text_a, text_b)):
+                    ids_a, ids_b = self.token_ids(text_a, "text_a"), self.token_ids(text_b, "text_b")
             return gf.classification_inputs(ids_a, ids_b, self.length, pad_to_multiple=PAD_MULTIPLE,
                                             max_doc_len=self.doc_len)
 
     def tokenize(self, text):
         """token_ids int32, token_start / token_end int64 (code points) ``[B, W]`` padded with -1 (W: L, or
-        the document width); num_tokens int64 ``[B]`` (before truncation to W)."""
+        the document width); num_tokens int64 ``[B]`` (before truncation to W; of the text `cut` reads)."""
         with tf.device("/cpu:0"):
-            ids, starts, ends = self.tokens_with_offsets(text)
+            ids, starts, ends = self.tokens_with_offsets(text, "text")
             keep = tf.minimum(ids.row_lengths(), self.width)
 
             def first(rt):
@@ -173,7 +278,7 @@ def encoder_ids_function(g, segment_len=None, choices=None):
     -> the head's raw outputs."""
     @signature_function(ids_spec(ENCODER_INPUTS, choices))
     def predict_ids(input_ids, segment_ids, padding_mask):
-        check_width([input_ids, segment_ids, padding_mask], g.width, segment_len)
-        return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask})
+        ids = checked_ids([input_ids, segment_ids, padding_mask], g.width, segment_len)
+        return g.head(dict(zip(ENCODER_INPUTS, ids)))
 
     return predict_ids

@@ -12,5 +12,9 @@ class LanguageModel(ExportTask):
     def min_seq_len(self, finetune_config):
         return 1
 
+    def text_pieces(self, finetune_config, length, doc_len, width):
+        """A prompt keeps its last max_seq_len pieces (`tokenize` reads what a prompt reads)."""
+        return {"text": (length, "last")}
+
 
 LANGUAGE_MODEL = LanguageModel()

@@ -62,6 +62,14 @@ class Race(Task):
         return [{"article": [texts[0]], "question": ["What is XLNet?"], "options": [options]},
                 {"article": texts, "question": ["Which _ is it?", "Why?", ""], "options": [options] * 3}]
 
+    def text_pieces(self, finetune_config, length, doc_len, width):
+        """The article keeps its first max_doc_len (or max_seq_len) - 3 pieces at most; question + option keeps its
+        last max_qa_len, so the question and the options are read from their end (one piece more: the question +
+        option text is cut to max_qa_len pieces once they are joined)."""
+        qa = min(int(finetune_config.get("max_qa_len", 128)), length - 3) + 1
+        return {**super().text_pieces(finetune_config, length, doc_len, width),
+                "article": ((doc_len or length) - 3, "first"), "question": (qa, "last"), "options": (qa, "last")}
+
     def serving_signatures(self, g, finetune_config, pack):
         """``serving_default(article, question, options [B, C])`` -> each option's logit and probability, the
         best option; ``predict_ids`` on ids ``[B, C, T]``."""
@@ -77,10 +85,13 @@ class Race(Task):
         @graphs.signature_function([graphs.text_spec("article"), graphs.text_spec("question"),
                                     tf.TensorSpec([None, choices], tf.string, name="options")])
         def serving_default(article, question, options):
-            with tf.device("/cpu:0"):
-                graphs.same_batch(article, question, options)
-                qa = gf.race_qa_text(question, options)
-                features = gf.race_inputs(g.token_ids(article), g.token_ids(tf.reshape(qa, [-1])), choices,
+            with tf.device("/cpu:0"), tf.control_dependencies(graphs.same_batch(article, question, options)):
+                # question + option is cut to the bytes of its kept pieces (max_qa_len: one less than the inputs)
+                qa_bytes = (g.text_pieces["question"][0] - 1) * g.piece_bytes
+                qa = gf.race_qa_text(g.cut(question, "question"), g.cut(options, "options"),
+                                     last_bytes=qa_bytes + graphs.UTF8_MAX_BYTES)
+                qa = graphs.cut_text(tf.reshape(qa, [-1]), qa_bytes, keep_last=True)
+                features = gf.race_inputs(g.token_ids(article, "article"), g.token_ids(qa, "question"), choices,
                                           g.length, max_qa_len, pad_to_multiple=PAD_MULTIPLE, max_doc_len=g.doc_len)
                 features = {k: tf.reshape(features[k], [-1, choices, tf.shape(features[k])[-1]])
                             for k in ENCODER_INPUTS}

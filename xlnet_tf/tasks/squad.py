@@ -8,7 +8,7 @@ import math
 from xlnet_tf import files
 from xlnet_tf.config import ConfigError
 from xlnet_tf.errors import UserError
-from xlnet_tf.tasks.base import ENCODER_INPUTS, WARMUP_TEXTS, Task, TaskData, TaskOptions
+from xlnet_tf.tasks.base import ENCODER_INPUTS, WARMUP_TEXTS, WINDOWED_LENGTHS, Task, TaskData, TaskOptions
 
 HEADS = ("beam", "simple")
 # --squad-head / --max-answer-length: FinetuneSetup.squad_head, max_answer_length
@@ -131,6 +131,13 @@ class Squad(Task):
         return [{"question": [question], "context": [texts[0]]},
                 {"question": [question, "Qui sert une crème brûlée ?", ""], "context": texts}]
 
+    def text_pieces(self, finetune_config, length, doc_len, width):
+        """The question keeps its first max_query_len pieces; the context is read up to WINDOWED_LENGTHS x
+        max_seq_len pieces (all of them in windows)."""
+        return {**super().text_pieces(finetune_config, length, doc_len, width),
+                "question": (int(finetune_config.get("max_query_len", 64)), "first"),
+                "context": (WINDOWED_LENGTHS * length, "first")}
+
     def serving_signatures(self, g, finetune_config, pack):
         """``serving_default(question, context)`` -> the best span of the context and the null score;
         ``predict_ids`` on ids with ``p_mask`` and ``cls_index``."""
@@ -148,11 +155,13 @@ class Squad(Task):
 
         @graphs.signature_function([graphs.text_spec("question"), graphs.text_spec("context")])
         def serving_default(question, context):
-            with tf.device("/cpu:0"):
-                graphs.same_batch(question, context)
-                c_ids, c_start, c_end = g.tokens_with_offsets(context)
-                windows = gf.squad_windows(g.token_ids(question), c_ids, c_start, c_end, length, doc_stride,
-                                           max_query_len, pad_to_multiple=PAD_MULTIPLE)
+            with tf.device("/cpu:0"), tf.control_dependencies(graphs.same_batch(question, context)):
+                context = g.cut(context, "context")  # answers are cut from what was read
+                c_ids, c_start, c_end = g.tokens_with_offsets(context, "context")
+                keep = tf.minimum(c_ids.row_lengths(), g.text_pieces["context"][0])
+                c_ids, c_start, c_end = (gf.keep_first(t, keep) for t in (c_ids, c_start, c_end))
+                windows = gf.squad_windows(g.token_ids(question, "question"), c_ids, c_start, c_end, length,
+                                           doc_stride, max_query_len, pad_to_multiple=PAD_MULTIPLE)
             out = g.head({k: windows[k] for k in self.inputs})
             with tf.device("/cpu:0"):
                 best = gf.squad_best_spans(out, windows, tf.size(question, out_type=tf.int64), max_answer_length)
@@ -177,9 +186,10 @@ class Squad(Task):
         @graphs.signature_function(graphs.ids_spec(("input_ids", "segment_ids", "padding_mask", "p_mask"))
                                    + [tf.TensorSpec([None], tf.int32, name="cls_index")])
         def predict_ids(input_ids, segment_ids, padding_mask, p_mask, cls_index):
-            graphs.check_width([input_ids, segment_ids, padding_mask, p_mask], length)
-            return g.head({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask,
-                           "p_mask": p_mask, "cls_index": cls_index})
+            ids = graphs.checked_ids([input_ids, segment_ids, padding_mask, p_mask], length)
+            with tf.control_dependencies(graphs.same_batch(input_ids, cls_index)):
+                cls_index = tf.identity(cls_index)
+            return g.head({**dict(zip(self.inputs, ids)), "cls_index": cls_index})
 
         return {"serving_default": serving_default, "predict_ids": predict_ids}
 

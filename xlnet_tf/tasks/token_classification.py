@@ -5,7 +5,7 @@ from the window where it has the most context."""
 import dataclasses
 import logging
 
-from xlnet_tf.tasks.base import ENCODER_INPUTS, WARMUP_TEXTS, Task, TaskData, TaskOptions, softmax
+from xlnet_tf.tasks.base import ENCODER_INPUTS, WARMUP_TEXTS, WINDOWED_LENGTHS, Task, TaskData, TaskOptions, softmax
 
 log = logging.getLogger(__name__)
 # --tag-column / --label-all-pieces: FinetuneSetup.tag_column, label_all_pieces
@@ -91,6 +91,11 @@ class TokenClassification(Task):
         texts = list(WARMUP_TEXTS)
         return [{"text": [t]} for t in texts] + [{"text": texts + ["", "Paris, New York and Rio de Janeiro."]}]
 
+    def text_pieces(self, finetune_config, length, doc_len, width):
+        """A text is read up to WINDOWED_LENGTHS x max_seq_len pieces (its words in windows); a word of the `words`
+        signature keeps its first max_seq_len - 2."""
+        return {"text": (WINDOWED_LENGTHS * length, "first"), "words": (length - 2, "first")}
+
     def serving_signatures(self, g, finetune_config, pack):
         """``serving_default`` on raw text and ``words`` on pre-split words, both returning every word's tag and
         score and the entity spans (seqeval's chunks of the tags); ``predict_ids``."""
@@ -100,25 +105,45 @@ class TokenClassification(Task):
         return {"words": words, "serving_default": serving_default, "predict_ids": graphs.encoder_ids_function(g)}
 
 
-def _tagged_words(g, words, doc_stride):
-    """Words ragged string ``[B, None]`` -> their tags: ragged ``[B, None]`` ``tag_id`` int64 and ``score``
-    (the tag's probability), each word predicted from the window where it has the most context."""
+def _word_ids(g, words, name):
+    """Words ragged string ``[B, None]`` (of text input `name`) -> ragged ``[B, None, None]`` their pieces' ids."""
+    import tensorflow as tf
+
+    return tf.RaggedTensor.from_row_splits(g.token_ids(words.values, name), words.row_splits, validate=False)
+
+
+def _words_read(word_ids, pieces, span):
+    """How many words of each text (int64 ``[B]``, of ``word_ids`` ragged ``[B, None, None]``) start within its first
+    ``pieces`` pieces, each word counting the pieces its rows read (at least one, at most ``span``)."""
+    import tensorflow as tf
+
+    from xlnet_tf.tokenization import row_ids
+
+    counts = tf.clip_by_value(word_ids.values.row_lengths(), 1, span)
+    before = tf.cumsum(counts, exclusive=True)
+    rows = row_ids(word_ids)
+    before -= tf.gather(before, tf.gather(word_ids.row_starts(), rows))
+    return tf.math.unsorted_segment_sum(tf.cast(before < pieces, tf.int64), rows, word_ids.nrows())
+
+
+def _tagged_words(g, word_ids, doc_stride):
+    """Words' piece ids ragged ``[B, None, None]`` -> their tags: ragged ``[B, None]`` ``tag_id`` int64 and
+    ``score`` (the tag's probability), each word predicted from the window where it has the most context."""
     import tensorflow as tf
 
     from xlnet_tf.data import graph_features as gf
     from xlnet_tf.data.buckets import PAD_MULTIPLE
 
     with tf.device("/cpu:0"):
-        word_ids = tf.RaggedTensor.from_row_splits(g.token_ids(words.values), words.row_splits, validate=False)
         windows = gf.token_windows(word_ids, g.length, doc_stride, pad_to_multiple=PAD_MULTIPLE,
                                    unk_id=g.tokenizer.unk_id)
     logits = g.head({k: windows[k] for k in ENCODER_INPUTS})["logits"]
     with tf.device("/cpu:0"):
-        word_logits = gf.word_outputs(logits, windows, words.row_lengths())
+        word_logits = gf.word_outputs(logits, windows, word_ids.row_lengths())
         probabilities = tf.nn.softmax(word_logits.values, -1)
         tag_id = tf.argmax(word_logits.values, -1)  # first maximum, as numpy's argmax
         score = tf.reduce_max(probabilities, -1)
-        return words.with_flat_values(tag_id), words.with_flat_values(score)
+        return word_ids.with_values(tag_id), word_ids.with_values(score)
 
 
 def _word_signatures(g, finetune_config, default_stride):
@@ -128,6 +153,7 @@ def _word_signatures(g, finetune_config, default_stride):
     from xlnet_tf.data import graph_features as gf
     from xlnet_tf.data import graph_words
     from xlnet_tf.tasks import graphs
+    from xlnet_tf.tokenization import substrings
 
     names = [str(n) for n in finetune_config["label_names"]]
     doc_stride = int(finetune_config.get("doc_stride") or default_stride)
@@ -149,12 +175,19 @@ def _word_signatures(g, finetune_config, default_stride):
     @graphs.signature_function([graphs.text_spec("text")])
     def serving_default(text):
         with tf.device("/cpu:0"):
-            words, starts, ends = graph_words.split_words(text)
-        tag_id, score = _tagged_words(g, words, doc_stride)
+            text = g.cut(text, "text")  # entities are cut from what was read
+            pieces = g.text_pieces["text"][0]
+            # a word after the first `pieces` starts after the first `pieces` pieces: not tokenized
+            at_most = tf.fill(tf.shape(text, out_type=tf.int64), tf.constant(pieces, tf.int64))
+            words, starts, ends = (gf.keep_first(t, at_most) for t in graph_words.split_words(text))
+            word_ids = _word_ids(g, words, "text")
+            read = _words_read(word_ids, pieces, g.length - 2)
+            words, starts, ends, word_ids = (gf.keep_first(t, read) for t in (words, starts, ends, word_ids))
+        tag_id, score = _tagged_words(g, word_ids, doc_stride)
         with tf.device("/cpu:0"):
             types, first, last, chunks = entities(tag_id, starts.values, ends.values)
-            source = tf.gather(text, first.value_rowids())
-            entity_text = first.with_flat_values(tf.strings.substr(source, first.values, last.values - first.values))
+            entity_text = first.with_flat_values(substrings(text, first.value_rowids(), first.values,
+                                                            last.values - first.values))
             return {
                 "words": dense(words, ""), "word_start": dense(starts, -1), "word_end": dense(ends, -1),
                 "tags": dense(tag_id.with_flat_values(tf.gather(label_names, tag_id.values)), ""),
@@ -172,7 +205,8 @@ def _word_signatures(g, finetune_config, default_stride):
                 tf.broadcast_to(tf.range(tf.shape(words, out_type=tf.int64)[1])[None], tf.shape(words, tf.int64)),
                 given)
             kept = tf.ragged.boolean_mask(words, given)
-        tag_id, score = _tagged_words(g, kept, doc_stride)
+            word_ids = _word_ids(g, kept, "words")
+        tag_id, score = _tagged_words(g, word_ids, doc_stride)
         with tf.device("/cpu:0"):
             types, first, last, chunks = entities(tag_id, columns.values, columns.values + 1)
             row = first.value_rowids()
