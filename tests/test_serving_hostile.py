@@ -24,6 +24,10 @@ from served_export import (MODEL, References, ServerProcess, build_export, examp
                            classify_request)
 
 HUGE = 4611686018427387904  # 2**62
+WORD = "a" * (10 << 20)  # one 10 MB word (today: 7-16 s and +2.8 GB of server memory per request)
+COST_BOUND_S = 5.0  # a 10 MB word answered, or a too-wide id input refused, within
+RSS_GROWTH_BOUND = 1.5  # the server's RSS after every case <= this x its RSS after warm-up
+LABELS = ("negative", "neutral", "positive")  # the export's (conftest.tiny_finetuned_classifier)
 LONG_VERSION = "9" * 5000  # beyond Python's 4300-digit limit of int(str)
 EXAMPLES = 200_000  # a :classify of this many Examples, the last one bad
 CLASSIFY_BOUND_S = 5.0  # refused within (today: 11-12 s, every valid piece run first)
@@ -37,6 +41,7 @@ def served(tmp_path_factory):
     work = tmp_path_factory.mktemp("hostile")
     server = ServerProcess(build_export(work), work).start()
     references = References(server)
+    server.warm_rss = server.rss_bytes()  # after warm-up and the good requests
     yield server, references
     server.stop()
     print(f"\nserver processes started: {server.starts}; deaths: {[status for status, _ in server.deaths]}")
@@ -132,6 +137,29 @@ def bad_last(count):
     listed = examples_input(["a fine film"] * (count - 1))
     listed.example_list.examples.add().features.feature["txt"].bytes_list.value.append(b"a fine film")
     return listed
+
+
+def labelled(answer):
+    """A correct answer to one text: one label of the export's."""
+    if answer.api == "grpc":
+        response = answer.response
+        label = response.outputs["label"] if hasattr(response, "model_spec") else None
+        if label is None:  # ModelInfer: outputs in alias order, typed contents
+            found = [t for t in response.outputs if t.name == "label"]
+            values = list(found[0].contents.bytes_contents) if found else []
+        else:
+            values = list(label.string_val)
+        return len(values) == 1 and values[0].decode() in LABELS
+    body = json.loads(answer.body)
+    if "predictions" in body:
+        return len(body["predictions"]) == 1 and body["predictions"][0]["label"] in LABELS
+    labels = [t for t in body.get("outputs", []) if t["name"] == "label"]
+    return len(labels) == 1 and labels[0]["data"][0] in LABELS
+
+
+def wide_ids(width):
+    """{alias: TensorProto} int32 [1, width] ids (one int_val each, filled by TensorFlow's rule)."""
+    return {name: int_proto([7 if name == "input_ids" else 1], [1, width], dt("DT_INT32")) for name in IDS}
 
 
 def classify_rest(count):
@@ -295,6 +323,32 @@ CASES = [
         "signature_name": "predict_ids", "inputs": {"input_ids": [[1, 2, 3], [1, 2]], "segment_ids": [[0, 0, 0]] * 2,
                                                     "padding_mask": [[1, 1, 1]] * 2}}),
          ("input_ids", "size", "shape")),
+    # 3. One 10 MB word (today: 7-16 s and about +2.8 GB of server memory: the export's SentencePiece read it all,
+    # then kept 30 pieces); the export now reads its first pieces x piece_bytes bytes
+    Case("word-10mb-v1", "REST /v1", ":predict 'instances' of one 10 MB word", v1_predict({"instances": [WORD]}),
+         legal=labelled, bound_s=COST_BOUND_S),
+    Case("word-10mb-v2", "REST /v2", "infer one 10 MB word", v2_infer(v2_text([1], [WORD])), legal=labelled,
+         bound_s=COST_BOUND_S),
+    Case("word-10mb-predict", "gRPC Predict", "one 10 MB word", predict(lambda: {"text": string_proto([WORD], [1])}),
+         legal=labelled, bound_s=COST_BOUND_S),
+    Case("word-10mb-infer", "gRPC ModelInfer", "one 10 MB word", model_infer([("text", "BYTES", [1], [WORD])]),
+         legal=labelled, bound_s=COST_BOUND_S),
+    # 3. predict_ids wider than the export's length (today: the encoder ran first: [1, 4096] +2 GB in a second,
+    # [1, 100000] over 60 s and 11.8 GB)
+    Case("ids-4096-predict", "gRPC Predict", "predict_ids [1, 4096]", lambda server: ids_predict(**wide_ids(4096))(
+        server), ("input_ids", "positions"), bound_s=COST_BOUND_S),
+    Case("ids-100000-predict", "gRPC Predict", "predict_ids [1, 100000]", lambda server: ids_predict(
+        **wide_ids(100_000))(server), ("input_ids", "positions"), bound_s=COST_BOUND_S),
+    Case("ids-100000-v1", "REST /v1", "predict_ids [1, 100000] (columnar)", v1_predict({
+        "signature_name": "predict_ids", "inputs": {n: [[1] * 100_000] for n in IDS}}), ("input_ids", "positions"),
+         bound_s=COST_BOUND_S),
+    Case("ids-100000-v2", "REST /v2", "predict_ids INT32 [1, 100000]", v2_infer({
+        "parameters": {"signature_name": "predict_ids"},
+        "inputs": [{"name": n, "datatype": "INT32", "shape": [1, 100_000], "data": [1] * 100_000} for n in IDS]}),
+         ("input_ids", "positions"), bound_s=COST_BOUND_S),
+    Case("ids-100000-infer", "gRPC ModelInfer", "predict_ids INT32 [1, 100000]", model_infer(
+        [(n, "INT32", [1, 100_000], [1] * 100_000) for n in IDS], parameters={"signature_name": "predict_ids"}),
+         ("input_ids", "positions"), bound_s=COST_BOUND_S),
     # 3. A Classify of 200,000 Examples whose last one is bad (today: every valid piece runs first, 11-12 s, and
     # the error does not name the request's index)
     Case("classify-last-bad-rest", "REST /v1", f":classify of {EXAMPLES} Examples, the last without 'text'",
@@ -365,3 +419,15 @@ def test_hostile_request(served, case):
                                                             server.lines[-8:]))
     if problems:
         pytest.fail(f"{case.api} {case.what}: " + "; ".join(problems), pytrace=False)
+
+
+def test_memory_after_every_case(served):
+    """The server's RSS after every case above (10 MB words and 200,000 Examples among them) against its RSS after
+    warm-up; run last in this file."""
+    server, _ = served
+    assert not server.deaths, f"the server died {len(server.deaths)} times during the cases"
+    after = server.rss_bytes()
+    ratio = after / server.warm_rss
+    print(f"\nserver RSS after warm-up {server.warm_rss / 2**20:.0f} MiB, after {len(CASES)} cases "
+          f"{after / 2**20:.0f} MiB: x{ratio:.2f} (bound x{RSS_GROWTH_BOUND})")
+    assert ratio <= RSS_GROWTH_BOUND
