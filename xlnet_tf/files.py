@@ -250,9 +250,12 @@ def makedirs_for(path):
 _WHOLE_WHEN_CLOSED = ("gs://", "s3://")  # object stores: an object appears once its upload is complete
 
 
-def _write_whole(path, write, overwrite=True):
+def write_whole(path, write, overwrite=True, layer=None):
     """Has `write(name)` write the whole of file `path` (its folder exists) where no reader sees it half written:
-    under a temporary name beside it, renamed over `path`; in place on an object store (module docstring)."""
+    under a temporary name beside it (`.NAME.<random>.tmp`), renamed over `path`; in place on an object store
+    (module docstring). `layer`: an object with `exists`, `remove` and `rename(source, target)` to do it with (the
+    pretraining writers' files objects: TensorFlowFiles, the Beam pipelines' BeamFiles); default this module's
+    (`overwrite` False: the rename fails when `path` exists)."""
     if path.startswith(_WHOLE_WHEN_CLOSED):
         write(path)
         return
@@ -260,11 +263,15 @@ def _write_whole(path, write, overwrite=True):
     temporary = join(folder, f".{name}.{uuid.uuid4().hex}.tmp")  # on ram://, NAME.* would make NAME a "folder"
     try:
         write(temporary)
-        rename(temporary, path, overwrite=overwrite)
+        if layer is None:
+            rename(temporary, path, overwrite=overwrite)
+        else:
+            layer.rename(temporary, path)
     except BaseException:
-        with contextlib.suppress(Exception):
-            if exists(temporary):
-                remove(temporary)
+        found, drop = (exists, remove) if layer is None else (layer.exists, layer.remove)
+        with contextlib.suppress(Exception):  # the original error is the one to report
+            if found(temporary):
+                drop(temporary)
         raise
 
 
@@ -278,7 +285,7 @@ def write_bytes(path, data: bytes):
         with open(name, "wb") as f:
             f.write(data)
 
-    _write_whole(path, write)
+    write_whole(path, write)
 
 
 def write_text(path, text: str):
@@ -302,9 +309,9 @@ def copy(source, target, overwrite=True):
         raise UserError(f"{target} already exists")
     makedirs_for(target)
     if is_remote(source) or is_remote(target):
-        _write_whole(target, lambda name: _gfile().copy(source, name, overwrite=True), overwrite)
+        write_whole(target, lambda name: _gfile().copy(source, name, overwrite=True), overwrite)
     else:
-        _write_whole(target, lambda name: shutil.copyfile(source, name), overwrite)
+        write_whole(target, lambda name: shutil.copyfile(source, name), overwrite)
 
 
 def remove(path):
@@ -402,18 +409,9 @@ class AtomicWrites:
     and `rename` of the files object it is part of (TensorFlowFiles; the Beam pipelines' BeamFiles)."""
 
     def write_atomically(self, path, write):
-        """`write(temporary_path)`, then the temporary file renamed to `path`; on failure it is removed."""
-        temporary = path + ".tmp"
-        try:
-            write(temporary)
-        except BaseException:
-            try:
-                if self.exists(temporary):
-                    self.remove(temporary)
-            except Exception:  # noqa: BLE001 (the original error is the one to report)
-                pass
-            raise
-        self.rename(temporary, path)
+        """`write(temporary_path)`, then the temporary file renamed to `path` (`write_whole`); on failure it is
+        removed."""
+        write_whole(path, write, layer=self)
 
     def write_json(self, path, value):
         """`value` as JSON (`json_text`) at `path`, written atomically."""
