@@ -50,7 +50,9 @@ from .servable import Servable
 
 log = logging.getLogger("xlnet_tf.serving")
 
-_VERSION_DIR = re.compile(r"^\d+$")
+# A version directory's name: a number that fits int64, as TensorFlow Serving parses it (ASCII digits, leading zeros
+# allowed: BASE/00002; a name of thousands of digits, or of other scripts' digits, is not a version: ignored).
+_VERSION_DIR = re.compile(r"^[0-9]{1,64}$")
 
 START, LOADING, AVAILABLE, UNLOADING, END = "START", "LOADING", "AVAILABLE", "UNLOADING", "END"
 
@@ -78,7 +80,7 @@ def _numeric_children(base_path):
             entries = list(os.scandir(base_path))
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return [(e.name, e.path) for e in entries if _VERSION_DIR.match(e.name) and e.is_dir()]
+        return [(e.name, e.path) for e in entries if _is_version(e.name) and e.is_dir()]
     import tensorflow as tf
 
     try:
@@ -86,7 +88,11 @@ def _numeric_children(base_path):
     except tf.errors.NotFoundError:
         return []
     # Not a directory test per name (one request each): a name that is a file has no saved_model.pb inside.
-    return [(name, files.join(base_path, name)) for name in names if _VERSION_DIR.match(name)]
+    return [(name, files.join(base_path, name)) for name in names if _is_version(name)]
+
+
+def _is_version(name):
+    return _VERSION_DIR.fullmatch(name) is not None and int(name) < 1 << 63
 
 
 def list_versions(base_path, known=None):

@@ -164,3 +164,19 @@ def test_versions_as_text():
     for text in ("9223372036854775808", "1" * 5000, "-1", "1.5", "²", ""):
         refused(f"version {text[:20]!r} ({len(text)} characters)", lambda: gate.version_number(text),
                 "INVALID_ARGUMENT", "Failed to convert version")
+
+
+def test_version_directories_are_numbers_that_fit_int64():
+    """A base path's children named by digits that do not fit int64 (or thousands of them, beyond Python's int()
+    limit; an object store takes such names) are not versions: the poller lists the others instead of failing."""
+    from xlnet_tf import files
+    from xlnet_tf.serving.manager import list_versions
+
+    base = "ram://gate-versions/model"
+    names = ["1", "0007", "9223372036854775807", "9223372036854775808", "9" * 5000, "0" * 5000 + "1", "²"]
+    for name in names:
+        files.write_bytes(files.join(base, name, "saved_model.pb"), b"x")
+    found = sorted(list_versions(base))
+    want = [1, 7, 2 ** 63 - 1]
+    print(f"  versions listed among {len(names)} numeric-looking names: {found} (expected: {want})")
+    assert found == want
