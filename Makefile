@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
 
-.PHONY: demo test venv docs golden benchmark compat clean
+.PHONY: demo test test-quick venv docs golden benchmark compat clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The quick loop after each edit: the tests that need no training run, no server and no subprocess (under 4 minutes
+# on 2 cores; docs/development.md). `make test` stays the whole suite, and is what CI runs.
+test-quick: $(STAMP)
+	XLNET_TF_QUICK_TESTS=1 $(BIN)/python -m pytest -q -m "not slow"
 
 # The documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link or a page missing from the nav fails.
 # docs/cli.md is generated: `$(BIN)/python docs/gen_cli.py` after changing a command's flags.

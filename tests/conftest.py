@@ -1,6 +1,7 @@
 """Shared test setup: quiet TensorFlow logs, tiny configs and realistic random inputs."""
 
 import os
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -36,6 +37,62 @@ LONGEST_FIRST = ("test_guides.py", "test_long_documents.py", "test_packing.py", 
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(os.path.basename(str(item.fspath)), len(rank)))
+
+
+# `make test-quick` (XLNET_TF_QUICK_TESTS=1, `-m "not slow"`): the tests that need no training run, no server and no
+# subprocess. In that mode each of the three fails at once with what to do, so that a test that needs one of them is
+# marked `slow` (it then runs in `make test` only) instead of making the quick loop slow.
+QUICK = os.environ.get("XLNET_TF_QUICK_TESTS") == "1"
+SESSION_START = pytest.StashKey[float]()
+
+
+class NotQuick(AssertionError):
+    """What a test run by `make test-quick` may not do."""
+
+
+def _refused(what):
+    def refuse(*args, **kwargs):
+        raise NotQuick(f"{what} in `make test-quick`: mark the test @pytest.mark.slow (it then runs in `make test` "
+                       "only), or make it quick (docs/development.md)")
+    return refuse
+
+
+@pytest.fixture(scope="session", autouse=QUICK)
+def quick_only():
+    """In `make test-quick`: a training run, a server or a subprocess fails the test (NotQuick); session-wide, so
+    that the module fixtures are held to it too."""
+    import subprocess
+
+    from serving.server import ModelServer
+    from xlnet_tf.training.loop import Trainer
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess.Popen, "__init__", _refused("a subprocess"))
+        patch.setattr(Trainer, "train", _refused("a training run (Trainer.train)"))
+        patch.setattr(ModelServer, "start", _refused("a server (ModelServer.start)"))
+        yield
+
+
+def pytest_sessionstart(session):
+    session.config.stash[SESSION_START] = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Every run ends with its wall time and the machine it ran on (the slowest steps: --durations in setup.cfg)."""
+    began = config.stash.get(SESSION_START, None)
+    if began is None or hasattr(config, "workerinput"):
+        return
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    shown = [flag for flag in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if flag in flags]
+    wall = time.monotonic() - began
+    target = "`make test-quick` under 4 min" if QUICK else "`make test` under 20 min"
+    terminalreporter.write_line(f"suite wall time {wall / 60:.1f} min ({wall:.0f} s) on {os.cpu_count()} cores "
+                                f"({' '.join(shown) or 'no AVX2'}); target: {target} on 2 AVX2-only cores, budgets "
+                                "per test file in docs/development.md")
 
 
 @pytest.fixture

@@ -116,6 +116,7 @@ def lint_imports(folder):
     return done.returncode, done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_the_import_contracts_hold(installed):
     status, output = lint_imports(installed)
     print(output[-3000:])
@@ -124,6 +125,7 @@ def test_the_import_contracts_hold(installed):
     check("contracts kept", len(kept), "2 (layers, acyclic)", len(kept) == 2)
 
 
+@pytest.mark.slow
 def test_an_import_against_the_layering_breaks_the_contract(installed, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(installed, broken)

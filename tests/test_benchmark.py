@@ -425,6 +425,7 @@ def test_worker_statuses(monkeypatch):
     assert plain["status"] == ("unsupported" if torch == "ok" else "missing")
 
 
+@pytest.mark.slow
 def test_cli_end_to_end(tmp_path):
     """One real `xlnet-tf benchmark --quick` run (each case in its own worker process): the matmul peak,
     xlnet-tf's pretraining step and the lengths tasks (fine-tuning and predict with length buckets and fixed
@@ -648,6 +649,7 @@ def test_cli_documents_flags(monkeypatch, tmp_path):
     assert "documents" not in seen[1].tasks and seen[1].documents_batch_size == 4
 
 
+@pytest.mark.slow
 def test_documents_run_in_process(monkeypatch, tmp_path):
     """`run_benchmark` with the documents tasks at S = 1, 2 (the same code as 1, 2, 4, 8), every case measured
     in this process (no worker start-up): a tiny model at seq_len 16, one step, one request, untimed
@@ -691,6 +693,7 @@ def test_documents_run_in_process(monkeypatch, tmp_path):
     assert saved["documents"] == growth and saved["rows"][8]["by_segments"][1]["segments"] == 2
 
 
+@pytest.mark.slow
 def test_squad_lengths_run_in_process(monkeypatch, tmp_path):
     """`run_benchmark --tasks squad-lengths` in this process: a small model at SQuAD's max_seq_len 512 on SQuAD 2.0
     window lengths (the histogram's summary checked first), packed / by strata / padded, one timed step of 4
@@ -827,6 +830,7 @@ def test_cli_memory_flags(monkeypatch, tmp_path):
             options.memory_finetune_batch_size, options.memory_finetune_size["d_model"]) == (("memory",), 64, 3, 2, 64)
 
 
+@pytest.mark.slow
 def test_memory_run_in_process(monkeypatch, tmp_path):
     """`run_benchmark` with the memory tasks, every case measured in this process: tiny models at T = 16, one
     untimed and one timed step each, recompute none and blocks. Both start from the same seeds, so each task's
@@ -1175,6 +1179,7 @@ def test_amx_targets_not_evaluated_elsewhere(flags, reason):
 PRECISION_ERROR_BOUNDS = {"bfloat16": 6e-2, "float16": 1e-2}
 
 
+@pytest.mark.slow
 def test_precision_run_in_process(monkeypatch, tmp_path):
     """`run_benchmark` with the precision task, every case measured in this process: the tiny model (--model-size
     tiny) exported in float32 and bfloat16 (float16 runs the same code; the export test checks its graph) at
@@ -1309,6 +1314,7 @@ def test_generate_cases_comparison_and_report(tmp_path):
     assert "| tokens/s |" not in markdown.split("Generation:")[0]  # no step table
 
 
+@pytest.mark.slow
 def test_generate_runs_in_process(monkeypatch, tmp_path):
     """`run_benchmark --tasks generate` on a tiny model: our cases generate every new token (no stop ids) after
     prompts of 8 and 16 tokens; transformers is not installed by `make test` (reported as missing, never a 0)."""

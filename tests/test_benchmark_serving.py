@@ -12,6 +12,9 @@ import math
 
 from xlnet_tf.benchmarks import serving, suite
 from xlnet_tf.benchmarks.suite import BenchmarkOptions
+import pytest
+
+pytestmark = pytest.mark.slow  # trains, serves or starts processes: `make test` only, not `make test-quick`
 
 
 def check(name, value, bound, ok):

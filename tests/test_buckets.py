@@ -138,6 +138,7 @@ def _compare_heads(task, model, features, boundaries, what):
     return fixed
 
 
+@pytest.mark.slow
 def test_every_head_gives_the_same_outputs_with_buckets(rng):
     import keras
 
@@ -292,6 +293,7 @@ def _bucketed_trainer(model_dir, steps, jit=False):
     return trainer, strata
 
 
+@pytest.mark.slow
 def test_xla_compiles_one_program_for_every_step(tmp_path):
     trainer, strata = _bucketed_trainer(tmp_path / "xla", 12, jit=True)
     records = trainer.train()
@@ -305,5 +307,6 @@ def test_xla_compiles_one_program_for_every_step(tmp_path):
     assert ratio >= 1
 
 
+@pytest.mark.slow
 def test_bucketed_training_resumes_bit_identical(tmp_path):
     resumes_bit_identical(lambda path, steps: _bucketed_trainer(path, steps)[0], tmp_path, "dropout on, length strata")

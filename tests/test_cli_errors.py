@@ -136,6 +136,7 @@ def test_bad_rows_and_columns_name_flags(model, tmp_path, capsys):
             f"{jsonl}, line 1", "--text-a-column", "--skip-bad-rows")
 
 
+@pytest.mark.slow
 def test_text_columns_without_flags_and_recorded_columns(model, tmp_path, capsys):
     """A TSV headed `sentence` and a JSONL of {"text": ...} (the export's input name) are read without flags;
     --skip-bad-rows skips and names the bad line; --text-a-column / --label-column are recorded in
@@ -234,6 +235,7 @@ def test_paths_that_do_not_exist_say_so(model, tmp_path, capsys):
                                              str(tmp_path / "s"), "--vocab-size", "30"], capsys, "--input:")
 
 
+@pytest.mark.slow
 def test_serve_says_once_that_a_base_path_is_missing(tmp_path):
     """serve on a base path that does not exist: one line at start that says so and that it keeps looking, as
     TensorFlow Serving does; then it serves (the model waits for a version)."""

@@ -126,6 +126,7 @@ def commands(tmp_path_factory):
     return work, model_dir, start
 
 
+@pytest.mark.slow
 def test_no_tensorflow_cpp_lines_on_the_console(commands):
     """predict, export, finetune, serve and query show no TensorFlow / absl C++ line without --verbose (they go to
     the command's log file); with --verbose they do (the check can see them)."""

@@ -10,6 +10,8 @@ import pytest
 
 from xlnet_tf.cli import main
 
+pytestmark = pytest.mark.slow  # trains, serves or starts processes: `make test` only, not `make test-quick`
+
 # Lines of other libraries that belong in the log file, not on the console (what each comes from).
 THIRD_PARTY = {"SentencePiece's trainer": "trainer_interface.cc", "absl's checkpoint sharding": "Sharding callback",
                "SavedModel's input renaming": "with unsupported characters which will be renamed"}

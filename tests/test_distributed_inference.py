@@ -5,6 +5,9 @@ the model run on one device; a saved directory loaded under the strategy predict
 import subprocess
 import sys
 import textwrap
+import pytest
+
+pytestmark = pytest.mark.slow  # trains, serves or starts processes: `make test` only, not `make test-quick`
 
 SCRIPT = textwrap.dedent("""
     import numpy as np

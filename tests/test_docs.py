@@ -157,6 +157,7 @@ def test_every_relative_link_resolves():
     check("broken relative links", len(broken), "0", not broken)
 
 
+@pytest.mark.slow
 def test_mkdocs_build_strict(tmp_path):
     try:
         import mkdocs  # noqa: F401

@@ -392,6 +392,7 @@ def _reference_answers(examples, features, outputs, max_answer_length=64):
 # Same outputs as the in-Python model, from a copied export in a process without xlnet_tf
 
 
+@pytest.mark.slow
 def test_classification_matches_python_model(served, references, features):
     import tensorflow as tf
 
@@ -426,6 +427,7 @@ def test_classification_matches_python_model(served, references, features):
     check("reusable/serving_default sequence_output", served["reusable/encode"]["sequence_output"], hidden)
 
 
+@pytest.mark.slow
 def test_each_request_is_padded_to_its_own_longest_row(served, references, features):
     """A text alone (padded to its own length) gets what it gets inside a mixed-length batch of 64."""
     for i in ALONE:
@@ -452,6 +454,7 @@ def test_each_request_is_padded_to_its_own_longest_row(served, references, featu
           short["sequence_output"] * real, padded * real)
 
 
+@pytest.mark.slow
 def test_pair_and_regression_match_python_model(served, references, features, tokenizer):
     model, config = references["pair"]
     want = _run(model, "classification", features["pair"])["logits"]
@@ -474,6 +477,7 @@ def test_pair_and_regression_match_python_model(served, references, features, to
     check("reg/batch64 prediction", served["reg/batch64"]["prediction"], want)
 
 
+@pytest.mark.slow
 def test_tokenize_signature(served, features, exports):
     for key in ("cls/tokenize", "squad/tokenize"):
         out = served[key]
@@ -499,6 +503,7 @@ def test_tokenize_signature(served, features, exports):
         print(f"{key}: ids and code point offsets equal the tokenizer's for {len(TEXTS)} texts (exact)")
 
 
+@pytest.mark.slow
 def test_squad_matches_squad_predictions(served, references, features):
     from xlnet_tf.tasks.base import TaskData
     from xlnet_tf.tasks.squad import squad_predictions
@@ -541,6 +546,7 @@ def test_squad_matches_squad_predictions(served, references, features):
         report(f"squad/predict_ids {name}", served["squad/predict_ids"][name].tolist(), direct[name].numpy().tolist())
 
 
+@pytest.mark.slow
 def test_squad_answers_are_exact_substrings(served):
     checked = 0
     for key, questions, contexts in (("squad/batch0", [], []), ("squad/batch", QUESTIONS, CONTEXTS),
@@ -575,6 +581,7 @@ def test_squad_answers_are_exact_substrings(served):
         assert found, kind
 
 
+@pytest.mark.slow
 def test_race_matches_python_model(served, references, features):
     import tensorflow as tf
 
@@ -588,6 +595,7 @@ def test_race_matches_python_model(served, references, features):
     check("race/batch1 logits", served["race/batch1"]["logits"], want[1:2])
 
 
+@pytest.mark.slow
 def test_tf1_session_loading_gives_the_same_outputs(served):
     """TensorFlow Serving restores the variables and runs the init op in a TF1 Session: the exports must
     work that way too (their functions must read the variables the checkpoint restores)."""
@@ -676,6 +684,7 @@ def _parse_cli(output):
     return signatures
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["pair", "squad"])
 def test_saved_model_cli_lists_documented_signatures(exports, name):
     cli = shutil.which("saved_model_cli") or os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
@@ -689,6 +698,7 @@ def test_saved_model_cli_lists_documented_signatures(exports, name):
     report(f"{name} signatures listed by saved_model_cli", got, want)
 
 
+@pytest.mark.slow
 def test_signatures_of_the_other_exports(exports):
     """cls / reg / race (and the reusable encoder) checked from the SavedModel's own signature defs."""
     from tensorflow.core.framework import types_pb2
@@ -715,6 +725,7 @@ def test_signatures_of_the_other_exports(exports):
            {"serving_default": cls["encode"], "encode": cls["encode"], "tokenize": cls["tokenize"]})
 
 
+@pytest.mark.slow
 def test_only_servable_ops_no_xla_tokenization_on_cpu(exports, finetuned, spm_file):
     import tensorflow as tf
     from tensorflow.core.protobuf import saved_model_pb2
@@ -786,6 +797,7 @@ def test_allowlist_flags_ops_tf_serving_cannot_run(tmp_path):
 # Versions, atomic publication, warmup requests
 
 
+@pytest.mark.slow
 def test_versions_atomic_publication_and_warmup(work, finetuned, references, tokenizer):
     import tensorflow as tf
     from tensorflow_serving.apis import prediction_log_pb2
@@ -872,6 +884,7 @@ def test_versions_atomic_publication_and_warmup(work, finetuned, references, tok
     report("metadata max_seq_len / task", (metadata["max_seq_len"], metadata["task"]), (24, "classification"))
 
 
+@pytest.mark.slow
 def test_reusable_encoder_fine_tunes_inside_keras(exports, references, features):
     import keras
     import tensorflow as tf

@@ -297,6 +297,7 @@ def test_cut_text_keeps_whole_characters_and_texts_within_the_bound():
           worst, "<= 3", worst <= 3)
 
 
+@pytest.mark.slow
 def test_limits_are_recorded_in_xlnet_export_json(whole, limits, tokenizer):
     """xlnet_export.json's "limits": piece_bytes = 4 x the longest piece's characters, each text input's bytes =
     its pieces x piece_bytes and the end it keeps, the widest predict_ids input."""
@@ -324,6 +325,7 @@ def test_limits_are_recorded_in_xlnet_export_json(whole, limits, tokenizer):
               (expected, width), got["text_inputs"] == expected and got["ids_width"] == width)
 
 
+@pytest.mark.slow
 def test_one_text_answers_as_today_up_to_and_across_the_bound(whole, limits, bounded, tokenizer):
     """Classification (one text; serving_default, encode, tokenize, the tf.Example signature), the long-document
     model (memory over segments) and the reusable encoder: every text family, bounded == today's to the bit;
@@ -363,6 +365,7 @@ def test_one_text_answers_as_today_up_to_and_across_the_bound(whole, limits, bou
             same.done()
 
 
+@pytest.mark.slow
 def test_pairs_answer_as_today_up_to_and_across_the_bound(limits, bounded, whole):
     """Pairs: text_a and text_b of every family, each side within and across its own bound (text_a keeps up to
     max_seq_len - 2 pieces, text_b max_seq_len - 3): serving_default and encode as today, to the bit."""
@@ -380,6 +383,7 @@ def test_pairs_answer_as_today_up_to_and_across_the_bound(limits, bounded, whole
         same.done()
 
 
+@pytest.mark.slow
 def test_squad_answers_as_today_up_to_and_across_the_bound(limits, bounded, whole, tokenizer):
     """SQuAD: questions of every family (the first max_query_len pieces kept) with short contexts: as today. A
     context read up to 32 x max_seq_len pieces: one within (as today) and ones far across its byte bound, made of
@@ -422,6 +426,7 @@ def test_squad_answers_as_today_up_to_and_across_the_bound(limits, bounded, whol
     same.done()
 
 
+@pytest.mark.slow
 def test_race_answers_as_today_up_to_and_across_the_bound(limits, bounded, whole):
     """RACE: articles of every family (the first max_seq_len - 3 pieces at most), questions and options of every
     family read from their end (question + option keeps its last max_qa_len pieces), clozes with many blanks and
@@ -448,6 +453,7 @@ def test_race_answers_as_today_up_to_and_across_the_bound(limits, bounded, whole
     same.done()
 
 
+@pytest.mark.slow
 def test_token_classification_answers_as_today_on_what_it_reads(limits, bounded, whole):
     """Token classification reads a text up to 32 x max_seq_len pieces: every family, and ordinary text far beyond,
     answered exactly as today answers the part read (the text up to the end of the last word returned); texts within
@@ -477,6 +483,7 @@ def test_token_classification_answers_as_today_on_what_it_reads(limits, bounded,
     same.done()
 
 
+@pytest.mark.slow
 def test_generation_prompts_are_read_from_their_end(limits, bounded, whole):
     """A language model keeps a prompt's last max_seq_len pieces: prompts of every family read from their end
     (the bound falling inside characters, whitespace runs, a long word) generate as today (tokens, log-probs,
@@ -632,6 +639,7 @@ def _worst_requests(exports):
     return out
 
 
+@pytest.mark.slow
 def test_ten_megabyte_texts_and_wide_ids_cost_little(work, exports):
     """Every text signature of every export given 10 MB texts (one word, many words, CJK; RACE's four options
     too) answers, and every predict_ids given ids of width 100,000 is refused with INVALID_ARGUMENT, each within

@@ -11,6 +11,8 @@ import os
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # trains, serves or starts processes: `make test` only, not `make test-quick`
+
 TEXTS = ["a fine film", "dull", "The model server batches concurrent requests along the first dimension.",
          "Le café « Zoë » sert une crème brûlée.", "x"]
 # Relative bounds on the probabilities against the float32 export (bfloat16 keeps 8 bits of mantissa, float16 11).

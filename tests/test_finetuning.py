@@ -12,6 +12,8 @@ import pytest
 
 from xlnet_tf.cli import main
 
+pytestmark = pytest.mark.slow  # trains, serves or starts processes: `make test` only, not `make test-quick`
+
 WORDS = ("alpha beta gamma delta epsilon zeta theta iota kappa lambda sigma omega river stone cloud forest "
          "lamp window garden bridge paper music silver copper winter summer").split()
 

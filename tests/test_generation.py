@@ -218,6 +218,7 @@ def pattern_model(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_a_pretrained_model_continues_its_pattern_through_python_and_the_cli(pattern_model, tmp_path):
     from xlnet_tf.cli import main
 
@@ -250,6 +251,7 @@ def test_a_pretrained_model_continues_its_pattern_through_python_and_the_cli(pat
     assert sampled[0]["tokens"] != rows[0]["tokens"]
 
 
+@pytest.mark.slow
 def test_the_export_generates_what_python_does_served_by_xlnet_tf_serve(pattern_model, tmp_path, capsys):
     """`xlnet-tf export` of the pretrained directory (task lm): allowlisted ops, the decode loop in-graph; served by
     `xlnet-tf serve`, `Client.generate` gives the Python API's text for the same seeds, greedy and sampled;
@@ -308,6 +310,7 @@ def test_the_export_generates_what_python_does_served_by_xlnet_tf_serve(pattern_
         server.stop(1)
 
 
+@pytest.mark.slow
 def test_generate_reads_and_writes_remote_paths(pattern_model, tmp_path, monkeypatch, capsys):
     """`xlnet-tf generate` with the model, the prompts and the output on ram:// (TensorFlow's in-memory filesystem,
     standing in for gs://): the same rows as locally, nothing written to the working directory; a bad JSONL line

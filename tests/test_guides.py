@@ -156,6 +156,7 @@ def test_the_quickstart_has_its_steps():
           "xlnet-tf serve" in blocks[-1], True, "xlnet-tf query" in blocks[-1] and "xlnet-tf serve" in blocks[-1])
 
 
+@pytest.mark.slow
 def test_every_block_runs_and_ends_with_a_served_answer(quickstart):
     check("the Quickstart's exit status", quickstart["returncode"], "0", quickstart["returncode"] == 0)
     texts = quickstart["blocks"][-1].count("--text ")
@@ -165,6 +166,7 @@ def test_every_block_runs_and_ends_with_a_served_answer(quickstart):
           not quickstart["left_running"])
 
 
+@pytest.mark.slow
 def test_the_classifier_reaches_the_stated_accuracy(quickstart):
     bound = stated_bound(quickstart_section(readme()))
     written = sorted(quickstart["folder"].rglob("eval_results.json"))
@@ -279,6 +281,7 @@ def _expectations(folder, output):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("guide", TOUR)
 def test_the_guide_runs_as_written(tour, guide):
     result = tour[guide]

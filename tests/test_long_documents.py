@@ -145,6 +145,7 @@ def test_document_layout_keeps_b_and_qa_in_the_last_segment():
     assert ids[1, 4:20].tolist() == list(range(100, 116))  # qa of one token: 20 - 3 - 1 article tokens
 
 
+@pytest.mark.slow
 def test_grad_segments_bound_the_gradient_through_memory():
     """With --grad-segments S or all (0, the default), gradients equal a block-causal one-pass model's, also in a
     tf.while_loop; with 1, those of the
@@ -311,6 +312,7 @@ def finetune_beside(root, name, *extra):
     return process, log
 
 
+@pytest.mark.slow
 def test_memory_learns_what_one_window_learns_and_the_export_agrees(task, tmp_path):
     """The default (--grad-segments all) against the same model reading each document in one window of 512, the
     same steps. (--grad-segments 1, memory without gradient, reached 0.685 here when it ran beside them; it asserted

@@ -12,6 +12,8 @@ import tensorflow as tf
 
 from conftest import tiny_config
 
+pytestmark = pytest.mark.slow  # trains, serves or starts processes: `make test` only, not `make test-quick`
+
 SEQ, ROWS, BATCH = 12, 32, 8
 
 

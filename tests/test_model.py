@@ -255,6 +255,7 @@ def test_output_positions_change_nothing_they_keep(rng, attn_type, bi_data):
     assert [a is None for a in full_grads] == [b is None for b in lm_grads]
 
 
+@pytest.mark.slow
 def test_xla_forward_and_training_step(rng):
     model = make_pretrainer(run_options=RunOptions(dropout=0.1, dropatt=0.1, mem_len=4))
     inputs = permutation_inputs(rng)

@@ -64,6 +64,7 @@ def task(tmp_path_factory):
     return root, model_dir, dev
 
 
+@pytest.mark.slow
 def test_multi_label_learns_with_tuned_thresholds(task, tmp_path):
     from xlnet_tf.metrics import multi_label_metrics
 
@@ -114,6 +115,7 @@ def test_thresholds_and_metrics_by_hand():
           np.allclose([got["micro_f1"], got["macro_f1"], got["subset_accuracy"]], [8 / 9, 0.9, 0.75]))
 
 
+@pytest.mark.slow
 def test_export_answers_as_predict_and_classify_gives_every_label(task, tmp_path, capsys):
     """The export's serving_default: each label's sigmoid and the labels at or above the recorded thresholds,
     as `predict`; its classification signature (TensorFlow Serving's Classify) every label with its score;

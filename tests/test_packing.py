@@ -276,6 +276,7 @@ def _packed_trainer(model_dir, steps, jit=False, task="classification"):
     return trainer, plan_packed.shape
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["classification", "race"])
 def test_xla_compiles_one_program_for_a_packed_run(tmp_path, task):
     trainer, shape = _packed_trainer(tmp_path / "xla", 12, jit=True, task=task)
@@ -286,6 +287,7 @@ def test_xla_compiles_one_program_for_a_packed_run(tmp_path, task):
     assert programs == 1 and np.isfinite(records[-1]["loss"])
 
 
+@pytest.mark.slow
 def test_packed_training_resumes_bit_identical(tmp_path):
     resumes_bit_identical(lambda path, steps: _packed_trainer(path, steps)[0], tmp_path, "dropout on, packed rows")
 
@@ -306,6 +308,7 @@ def mentions(word):
     return out
 
 
+@pytest.mark.slow
 def test_packed_finetuning_learns_as_strata(tmp_path):
     from xlnet_tf.cli import main
 
@@ -344,6 +347,7 @@ def test_packed_finetuning_learns_as_strata(tmp_path):
 # Exports: the rows of a request packed in the graph
 
 
+@pytest.mark.slow
 def test_an_export_packs_a_request_and_answers_as_unpacked(tmp_path):
     """`export --packing auto` (the default) packs a request's texts into rows of the request's width in the
     graph; its answers, and `encode`'s states at every real token, equal `--packing none`'s for a batch of

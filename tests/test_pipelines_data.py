@@ -125,6 +125,7 @@ def finished(run, timeout=600):
     return process.returncode, log.read_text(encoding="utf-8", errors="replace")
 
 
+@pytest.mark.slow
 def test_beam_writes_the_single_process_records(work, corpus, single, beside):
     pattern, _, spm = corpus
     expected_files, expected_records = shard_files(single["output_dir"]), records(single["output_dir"])
@@ -158,6 +159,7 @@ def test_beam_writes_the_single_process_records(work, corpus, single, beside):
           f"direction, is_next {expected_metadata['is_next_records']}); token chunks removed")
 
 
+@pytest.mark.slow
 def test_bad_line_is_named_without_skip(work, corpus, beside):
     _, bad_file, _ = corpus
     code, console = finished(beside["bad"])
@@ -168,6 +170,7 @@ def test_bad_line_is_named_without_skip(work, corpus, beside):
     assert not os.path.exists(work / "beam-bad" / ".tokens") and not os.path.exists(work / "beam-bad" / "metadata.json")
 
 
+@pytest.mark.slow
 def test_pretrain_first_step_loss_is_the_same(work, beside):
     assert main(pretrain_command(work / "beam-2", work / "pretrain-beam")[3:]) == 0
     code, console = finished(beside["pretrain"])
@@ -234,6 +237,7 @@ def test_only_the_pipelines_import_beam():
     assert checked > 50 and not offenders
 
 
+@pytest.mark.slow
 def test_beam_resolves_with_tensorflow_and_serving():
     """The pinned Beam release installs beside TensorFlow, TF Text, tensorflow-serving-api and protobuf: every
     requirement of every installed distribution is met (pip check)."""

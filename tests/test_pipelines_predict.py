@@ -217,6 +217,7 @@ def beam_run(work, model, inputs):
     run.stop()
 
 
+@pytest.mark.slow
 def test_batch_prediction_matches_model_dir_predict(work, model, inputs, beam_run):
     from xlnet_tf.cli import main
 
@@ -253,6 +254,7 @@ def test_batch_prediction_matches_model_dir_predict(work, model, inputs, beam_ru
     assert counts == {"rows_in": 1000, "predicted": 990, "failed": 10}
 
 
+@pytest.mark.slow
 def test_bad_rows_go_to_dead_letters_with_reasons(inputs, beam_run):
     _, bad = inputs
     _, dead, _, _ = beam_run.result()

@@ -17,6 +17,8 @@ import tensorflow as tf
 
 from xlnet_tf.cli import main
 
+pytestmark = pytest.mark.slow  # trains, serves or starts processes: `make test` only, not `make test-quick`
+
 SEQ_LEN, REUSE_LEN = 64, 32
 
 

@@ -258,6 +258,7 @@ MEMORY_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_streaming_memory_does_not_grow_with_the_corpus(work, corpus, spm_model):
     text = open(corpus, encoding="utf-8").read()
     results = {}

@@ -52,6 +52,7 @@ def largest_difference(first, second):
     return max(float(tf.reduce_max(tf.abs(tf.cast(a, tf.float32) - tf.cast(b, tf.float32)))) for a, b in pairs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
 def test_pretraining_gradients_equal_without_recompute(rng, jit_compile):
     """Graph mode (as training runs) with both modes; XLA with `blocks` (one more program to compile)."""
@@ -105,6 +106,7 @@ def test_a_recomputation_that_redraws_its_masks_is_caught(rng, monkeypatch):
     assert diff > 1e-3
 
 
+@pytest.mark.slow
 def test_long_document_gradients_through_memory_equal_without_recompute(rng):
     """Classification on documents of 3 segments with gradient through the last 2 (memory as key / value
     heads, detached keys before them), dropout on."""
@@ -132,6 +134,7 @@ def test_long_document_gradients_through_memory_equal_without_recompute(rng):
         assert diff <= 1e-6
 
 
+@pytest.mark.slow
 def test_bfloat16_gradients_equal_without_recompute(rng):
     config = tiny_config(n_layer=2)
     batch = pretraining_batch(rng)

@@ -98,6 +98,7 @@ def _serve(base, poll_interval=0.05, enable_warmup=True):
                  enable_warmup=enable_warmup).start()
 
 
+@pytest.mark.slow
 def test_export_to_ram_base_then_serve_it(exported, reference, finetuned, tmp_path, monkeypatch):
     from xlnet_tf import files
     from xlnet_tf.errors import UserError

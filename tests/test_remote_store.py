@@ -14,6 +14,9 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.cli import main
+import pytest
+
+pytestmark = pytest.mark.slow  # trains, serves or starts processes: `make test` only, not `make test-quick`
 
 gfile = tf.io.gfile
 

@@ -203,6 +203,7 @@ def _compare(label, got, want, atol=1e-6):
 # --- end to end ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_grpc_results_equal_in_process(server, reference):
     print(f"\n[{server.kind}] gRPC client vs the SavedModel called in process")
     clf = server.client("clf")
@@ -436,6 +437,7 @@ def test_new_version_served_while_clients_run(server, reference):
           latency <= NEW_VERSION_BOUND_S)
 
 
+@pytest.mark.slow
 def test_version_swap_never_fails_a_request(server):
     """Clients busy on version 1, one of them in a request that runs for seconds; version 2 published and
     version 1's directory deleted: no request fails, the long one answers from version 1, no request sent after
@@ -929,6 +931,7 @@ def _free_port():
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_sigterm_finishes_in_flight_request_then_exits_0(models):
     print("\n[xlnet-tf serve subprocess] SIGTERM with a request in flight")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
@@ -1039,6 +1042,7 @@ def real_exports(tmp_path_factory):
     return paths
 
 
+@pytest.mark.slow
 def test_real_tiny_export_end_to_end(real_exports):
     import tensorflow as tf
 
@@ -1143,6 +1147,7 @@ def test_real_tiny_export_end_to_end(real_exports):
         instance.stop(5)
 
 
+@pytest.mark.slow
 def test_real_export_classify_and_regress(real_exports):
     """The exports' classification / regression signatures (tf.Examples in) through xlnet-tf serve, which loads
     them in a TF1 Session as tensorflow_model_server does, with tensorflow-serving-api's stubs: equal to Predict

@@ -35,6 +35,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from served_export import MODEL, TEXTS, References, ServerProcess, build_export, has_traceback
 
+pytestmark = pytest.mark.slow  # trains, serves or starts processes: `make test` only, not `make test-quick`
+
 # Every malformed request is answered within this. The costs issue 50 found took 7 to 60 s; requests here stay
 # under a few hundred KB, and take milliseconds, except a rare stall of 1.3-2.4 s on a trivial request (measured on
 # 2 busy cores, on today's main and on the fix alike: not a request's size), which the bound leaves room for.

@@ -23,6 +23,8 @@ from served_export import (MODEL, References, ServerProcess, build_export, examp
                            infer_request, int_proto, multi_inference_request, predict_request, string_proto,
                            classify_request)
 
+pytestmark = pytest.mark.slow  # trains, serves or starts processes: `make test` only, not `make test-quick`
+
 HUGE = 4611686018427387904  # 2**62
 WORD = "a" * (10 << 20)  # one 10 MB word (today: 7-16 s and +2.8 GB of server memory per request)
 COST_BOUND_S = 5.0  # a 10 MB word answered, or a too-wide id input refused, within

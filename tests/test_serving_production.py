@@ -433,6 +433,7 @@ def _raw_predict(target, text):
         return prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(request, timeout=10)
 
 
+@pytest.mark.slow
 def test_a_tensorflow_model_server_command_line_starts_it(base):
     """The single-model command line of TensorFlow Serving's docs (and Docker image), as a process."""
     grpc_port, rest_port = _free_port(), _free_port()

@@ -11,6 +11,8 @@ import pytest
 
 from xlnet_tf.cli import main
 
+pytestmark = pytest.mark.slow  # trains, serves or starts processes: `make test` only, not `make test-quick`
+
 
 def check(name, value, bound, ok):
     print(f"{name}: {value} (bound {bound})")

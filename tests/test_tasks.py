@@ -42,6 +42,7 @@ def test_registry():
           and "did you mean 'token-classification'?" in str(error.value), True)
 
 
+@pytest.mark.slow
 def test_the_registry_is_cheap_to_import():
     """The CLI lists TASK_NAMES for --task: `import xlnet_tf.tasks` loads neither numpy nor TensorFlow."""
     loaded = subprocess.run([sys.executable, "-c", "import sys, xlnet_tf.tasks; "

@@ -142,6 +142,7 @@ def ner(tagging):
     return model_dir
 
 
+@pytest.mark.slow
 def test_finetune_evaluate_and_predict(tagging, ner):
     from xlnet_tf.data import token_classification as tc
     from xlnet_tf.metrics import token_classification_metrics
@@ -246,6 +247,7 @@ def context_sentences(count, seed):
     return out
 
 
+@pytest.mark.slow
 def test_tags_that_only_context_decides_are_learned(tagging, tmp_path):
     """A tiny model from scratch learns tags that no word decides alone (the default initialiser scales with the
     width: at the published 0.02 this run stays at the tag prior, entity F1 0.00); evaluate's F1 equals the
@@ -289,6 +291,7 @@ def test_tags_that_only_context_decides_are_learned(tagging, tmp_path):
           "equal", evaluated["f1"] == recomputed["f1"] == results["f1"])
 
 
+@pytest.mark.slow
 def test_jsonl_label_all_pieces_and_bad_input(tagging, tmp_path, capsys):
     root, _, _, _ = tagging
     sentences = tagged_sentences(60, 3)
@@ -350,6 +353,7 @@ def _decoded(array):
     return [[v.decode() if isinstance(v, bytes) else v for v in row] for row in array]
 
 
+@pytest.mark.slow
 def test_export_serves_tags_and_entities(tagging, ner, tmp_path, capsys):
     """The export's `words` signature (pre-split words) and `serving_default` (raw text, words split in the
     graph) give `xlnet-tf predict`'s tags and scores, with the entities' word spans and byte offsets; served by

@@ -18,6 +18,8 @@ import tensorflow as tf
 
 from conftest import permutation_inputs, tiny_config
 
+pytestmark = pytest.mark.slow  # trains, serves or starts processes: `make test` only, not `make test-quick`
+
 SEQ, PREDICT, MEM = 16, 4, 8
 # Writes to variables, model math and random draws: none of them may run outside the compiled replica step.
 STEP_OPS = ("Assign", "ResourceApply", "Einsum", "MatMul", "Random", "Softmax")
