@@ -33,8 +33,8 @@ GRPC_OPTIONS = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_
 
 
 def build_export(work):
-    """The tiny classifier of tests/test_serving_v2.py (n_token 400, max_seq_len 32, seed 17), exported under
-    work/exports/cls -> the base path (str)."""
+    """A tiny classifier (n_token 400, max_seq_len 32, seed 17), exported under work/exports/cls -> the base path
+    (str). Shared by the files that serve it: `shared_export`."""
     from conftest import tiny_config, tiny_finetuned_classifier
 
     from xlnet_tf.export.exporter import export_model
@@ -43,6 +43,16 @@ def build_export(work):
     base = work / "exports" / MODEL
     export_model(model_dir, base)
     return str(base)
+
+
+def shared_export(tmp_path_factory):
+    """`build_export`'s export, built once per test run for every file that serves it (tests/shared_artefacts.py)
+    -> the base path (str, read-only)."""
+    from shared_artefacts import built_once
+
+    folder = built_once(tmp_path_factory, "served-cls", build_export, texts=TEXTS, n_token=400,
+                        max_seq_len=MAX_SEQ_LEN, seed=17)
+    return str(folder / "exports" / MODEL)
 
 
 def has_traceback(text):

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from served_export import MODEL, TEXTS, References, ServerProcess, build_export, has_traceback
+from served_export import MODEL, TEXTS, References, ServerProcess, shared_export, has_traceback
 
 pytestmark = pytest.mark.slow  # trains, serves or starts processes: `make test` only, not `make test-quick`
 
@@ -189,7 +189,7 @@ class Harness:
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
     work = tmp_path_factory.mktemp("fuzz")
-    server = ServerProcess(build_export(work), work).start()
+    server = ServerProcess(shared_export(tmp_path_factory), work).start()
     harness = Harness(server, References(server))
     print(f"\nserver RSS after warm-up: {harness.rss_warm / 2**20:.0f} MiB")
     yield harness

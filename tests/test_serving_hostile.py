@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 
 import pytest
-from served_export import (MODEL, References, ServerProcess, build_export, examples_input, has_traceback,
+from served_export import (MODEL, References, ServerProcess, shared_export, examples_input, has_traceback,
                            infer_request, int_proto, multi_inference_request, predict_request, string_proto,
                            classify_request)
 
@@ -41,7 +41,7 @@ IDS_WORDS = ("input_ids", "shape", "rank")
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     work = tmp_path_factory.mktemp("hostile")
-    server = ServerProcess(build_export(work), work).start()
+    server = ServerProcess(shared_export(tmp_path_factory), work).start()
     references = References(server)
     server.warm_rss = server.rss_bytes()  # after warm-up and the good requests
     yield server, references

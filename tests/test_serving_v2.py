@@ -15,11 +15,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import tiny_config, tiny_finetuned_classifier
+from served_export import TEXTS, shared_export
 from tritonclient.utils import InferenceServerException
 
-TEXTS = ["the service was quick and the food was good", "terrible, slow and cold",
-         "an ordinary evening with nothing to say about it, which went on for a while and then ended", "ok"]
 BOUND = 1e-6  # the same process, model and inputs: the same float32 computation
 
 
@@ -30,14 +28,11 @@ def check(label, value, bound, ok):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from xlnet_tf.export.exporter import export_model
     from xlnet_tf.serving import serve
 
-    work = tmp_path_factory.mktemp("v2")
-    model_dir = tiny_finetuned_classifier(work, TEXTS, tiny_config(n_token=400), 32, 17)
-    export_model(model_dir, work / "serving" / "cls")
+    # The tiny classifier export the hostile and fuzz tests serve (built once per run: tests/served_export.py).
     # Server-side batching on: v2 requests go through the same scheduler as TensorFlow Serving's.
-    instance = serve(model_base_path=str(work / "serving" / "cls"), model_name="cls", port=0, rest_api_port=0,
+    instance = serve(model_base_path=shared_export(tmp_path_factory), model_name="cls", port=0, rest_api_port=0,
                      poll_interval=0, grpc_max_threads=8, enable_batching=True,
                      batching_parameters={"max_batch_size": 8, "batch_timeout_micros": 1000,
                                           "num_batch_threads": 1}).start()
