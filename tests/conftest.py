@@ -26,17 +26,37 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
-# The longest test files (seconds on 2 cores, measured 2026-12-03), started first: with `--dist loadfile` each
-# file runs whole on one worker, in collection order, so a long file collected last would leave the other worker
-# idle at the end. The rest keep their order; every test runs, each file's tests in their own order.
-LONGEST_FIRST = ("test_guides.py", "test_long_documents.py", "test_packing.py", "test_finetuning.py", "test_demo.py",
-                 "test_benchmark.py", "test_token_classification.py", "test_pretraining.py", "test_generation.py",
-                 "test_multi_label.py", "test_recompute.py", "test_export_precision.py")
+# Each test file's time budget: seconds of test time (setup, call and teardown of its tests, summed) on 2 AVX2-only
+# cores, the slower kind. Together they make the suite's target: with two workers, under 20 minutes (the sum is
+# 2,305 s, ~19 minutes). Set 2026-12-05 from each file's share of that day's run (its time there x 1.37 for AVX2,
+# x 0.545 to fit the target); the files far over theirs are where the suite's time must come from. No test fails on
+# time (machines are noisy): every run's summary names the files over their budget. docs/development.md shows the
+# same table (tests/test_docs.py checks it).
+BUDGETS_S = {"test_guides.py": 200, "test_demo.py": 165, "test_benchmark.py": 160, "test_export_bounds.py": 160,
+             "test_pretraining.py": 160, "test_finetuning.py": 135, "test_long_documents.py": 105,
+             "test_packing.py": 100, "test_export.py": 95, "test_token_classification.py": 85,
+             "test_export_precision.py": 75, "test_serving.py": 70, "test_serving_fuzz.py": 60,
+             "test_generation.py": 55, "test_squad_simple.py": 55, "test_buckets.py": 45,
+             "test_pretraining_data.py": 45, "test_recompute.py": 45, "test_multi_label.py": 40,
+             "test_remote_store.py": 35, "test_console.py": 30, "test_pipelines_data.py": 30,
+             "test_serving_hostile.py": 25, "test_training_step.py": 25, "test_pipelines_predict.py": 20,
+             "test_serving_production.py": 20, "test_serving_v2.py": 20, "test_cli_errors.py": 15,
+             "test_distributed_inference.py": 15, "test_loss_scaling.py": 15, "test_model.py": 15,
+             "test_remote_export.py": 15, "test_token_classification_data.py": 15, "test_tokenization.py": 15,
+             "test_benchmark_serving.py": 10, "test_convert_run_options.py": 10, "test_finetuning_data.py": 10,
+             "test_serving_rest.py": 10, "test_architecture.py": 5, "test_config.py": 5,
+             "test_convert_faithful.py": 5, "test_docs.py": 5, "test_dropout.py": 5, "test_graph_words.py": 5,
+             "test_hardware.py": 5, "test_heads.py": 5, "test_kubernetes.py": 5, "test_masks_positions.py": 5,
+             "test_metrics.py": 5, "test_official_checkpoint.py": 5, "test_parity_transformers.py": 5,
+             "test_request_logs.py": 5, "test_sample_data.py": 5, "test_sampling.py": 5, "test_serving_gate.py": 5,
+             "test_serving_messages.py": 5, "test_serving_tls.py": 5, "test_tasks.py": 5}
 
 
 def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(os.path.basename(str(item.fspath)), len(rank)))
+    """The files with the largest budgets start first: with `--dist loadfile` each file runs whole on one worker, in
+    collection order, so a long file collected last would leave the other worker idle at the end. Every test runs,
+    each file's tests in their own order."""
+    items.sort(key=lambda item: -BUDGETS_S.get(os.path.basename(str(item.fspath)), 0))
 
 
 # `make test-quick` (XLNET_TF_QUICK_TESTS=1, `-m "not slow"`): the tests that need no training run, no server and no
@@ -73,8 +93,16 @@ def quick_only():
         yield
 
 
+FILE_SECONDS = {}  # test file -> seconds of setup, call and teardown, summed (in xdist's controller: every worker's)
+
+
 def pytest_sessionstart(session):
     session.config.stash[SESSION_START] = time.monotonic()
+
+
+def pytest_runtest_logreport(report):
+    name = os.path.basename(report.nodeid.split("::", 1)[0])
+    FILE_SECONDS[name] = FILE_SECONDS.get(name, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -89,6 +117,12 @@ def pytest_terminal_summary(terminalreporter, config):
         flags = []
     shown = [flag for flag in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if flag in flags]
     wall = time.monotonic() - began
+    over = sorted(((seconds, name) for name, seconds in FILE_SECONDS.items()
+                   if seconds > BUDGETS_S.get(name, 5)), reverse=True)
+    if over and not QUICK:
+        terminalreporter.write_line("test files over their time budget (seconds on this machine / the budget on 2 "
+                                    "AVX2-only cores, tests/conftest.py BUDGETS_S): " + ", ".join(
+                                        f"{name} {seconds:.0f} / {BUDGETS_S.get(name, 5)}" for seconds, name in over))
     target = "`make test-quick` under 4 min" if QUICK else "`make test` under 20 min"
     terminalreporter.write_line(f"suite wall time {wall / 60:.1f} min ({wall:.0f} s) on {os.cpu_count()} cores "
                                 f"({' '.join(shown) or 'no AVX2'}); target: {target} on 2 AVX2-only cores, budgets "

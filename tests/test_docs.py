@@ -267,3 +267,21 @@ def test_every_command_line_shown_parses():
     every = set(build_parser()._subparsers._group_actions[0].choices)
     check("commands never shown", sorted(every - commands), "[] (every command of the parser)", every <= commands)
     check("command lines that do not parse", len(failures), "0", not failures)
+
+
+def test_the_development_guide_shows_every_test_files_time_budget():
+    """docs/development.md's budget table is tests/conftest.py's BUDGETS_S, and every test file has a budget (the
+    table's rows, or the 5 s of the files it lists)."""
+    from conftest import BUDGETS_S
+
+    text = read(os.path.join(ROOT, "docs", "development.md"))
+    table = text[text.index("<!-- budgets: start -->"):text.index("<!-- budgets: end -->")]
+    shown = {name: int(seconds) for name, seconds in re.findall(r"^\| `(test_\w+\.py)` \| (\d+) \|$", table, re.M)}
+    shown.update({name: 5 for name in re.findall(r"`(test_\w+\.py)`", table.split("Every other file", 1)[1])})
+    check("the page's budgets equal BUDGETS_S", sorted(set(shown.items()) ^ set(BUDGETS_S.items())), "[]",
+          shown == BUDGETS_S)
+    files = sorted(name for name in os.listdir(os.path.join(ROOT, "tests")) if re.fullmatch(r"test_\w+\.py", name))
+    check("test files without a budget", sorted(set(files) - set(BUDGETS_S)), "[]", set(files) <= set(BUDGETS_S))
+    total = sum(BUDGETS_S.values())
+    check("the budgets' sum, seconds of test time (two workers: about half of it in wall time)", total,
+          "<= 2400 (20 minutes with two workers)", total <= 2400)
