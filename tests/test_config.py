@@ -43,6 +43,7 @@ def test_run_options_are_separate_and_validated():
 def test_initialiser_scale_follows_the_width_and_keeps_the_published_one():
     """RunOptions.init_std: the original's 0.02 at the published widths (an explicit value always wins, the old
     default included), 0.02 * sqrt(768 / d_model) for narrower models; the weights drawn have that spread."""
+    import keras
     import numpy as np
 
     from xlnet_tf.heads import XLNetForTokenClassification
@@ -57,6 +58,9 @@ def test_initialiser_scale_follows_the_width_and_keeps_the_published_one():
         RunOptions(initializer_range=0.0)
     tiny = XLNetConfig(n_token=500, d_model=64, n_layer=1, n_head=4, d_head=16, d_inner=128)
     for options, want in ((RunOptions(), 0.0693), (RunOptions(initializer_range=0.02), 0.02)):
+        # Seeded: the classifier's 192 weights give a spread within a few % of the drawn one, and without a seed
+        # the draw depended on which tests ran before in the process (one in ~20 orders fell outside the 10%).
+        keras.utils.set_random_seed(0)
         model = XLNetForTokenClassification(tiny, options, num_labels=3)
         spreads = {name: float(np.std(variable.numpy())) for name, variable in (
             ("word_embedding", model.transformer.word_embedding.embeddings), ("q", model.transformer.layer_0.attention.q),
