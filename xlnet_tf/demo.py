@@ -36,7 +36,7 @@ class DemoSize:
 
 FULL = DemoSize(vocab_size=2000, seq_len=128, reuse_len=64, pretrain_steps=500, classify_steps=300, qa_steps=600,
                 batch_size=16)
-QUICK = DemoSize(vocab_size=1000, seq_len=64, reuse_len=32, pretrain_steps=150, classify_steps=150, qa_steps=300,
+QUICK = DemoSize(vocab_size=1000, seq_len=64, reuse_len=32, pretrain_steps=150, classify_steps=150, qa_steps=200,
                  batch_size=16)
 TINY_CONFIG = dict(d_model=64, n_layer=3, n_head=4, d_head=16, d_inner=256)
 
