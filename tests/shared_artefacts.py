@@ -4,9 +4,9 @@ run and shared by pytest-xdist's workers.
 `built_once(tmp_path_factory, name, build, **key)` builds `build(folder)` the first time any worker asks for
 (name, key) and returns the same folder to every later asker, in that worker or the other: a file lock serializes
 the build, the folder is built under a temporary name and renamed when whole (no reader sees half of it), then
-made read-only, so that a test that writes into it fails instead of changing what the next file reads (copy it
-first: `writable_copy`). The folder lives beside the workers' own temporary folders, so that it goes when pytest
-removes old runs; nothing is shared between runs.
+made read-only, so that a test that writes into it fails instead of changing what the next file reads (a test
+that must write copies it first). The folder lives beside the workers' own temporary folders, so that it goes when
+pytest removes old runs; nothing is shared between runs.
 """
 
 from __future__ import annotations
@@ -28,12 +28,10 @@ def _shared_root(tmp_path_factory):
 
 
 def _read_only(folder):
-    for path, dirs, files in os.walk(folder):
-        for name in files:
-            full = os.path.join(path, name)
+    """Takes the write bits off every file and folder under `folder` (bottom-up, so a folder's entries go first)."""
+    for path, _, files in os.walk(folder, topdown=False):
+        for full in [os.path.join(path, name) for name in files] + [path]:
             os.chmod(full, os.stat(full).st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-    for path, dirs, _ in os.walk(folder, topdown=False):
-        os.chmod(path, os.stat(path).st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
 
 def built_once(tmp_path_factory, name, build, **key):
@@ -56,8 +54,3 @@ def built_once(tmp_path_factory, name, build, **key):
             print(f"\nshared artefact {final.name}: reused")
     return final
 
-
-def writable_copy(folder, destination):
-    """A writable copy of a shared artefact's `folder` at `destination` -> destination."""
-    shutil.copytree(folder, destination, copy_function=shutil.copyfile)
-    return destination
