@@ -12,6 +12,7 @@ import keras
 import tensorflow as tf
 
 
+@keras.saving.register_keras_serializable(package="xlnet_tf")
 class ReusableEncoderLayer(keras.layers.Layer):
     """A reusable XLNet encoder SavedModel (``export_model(..., reusable=True)``) as a Keras layer.
 

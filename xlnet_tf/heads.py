@@ -25,8 +25,8 @@ from xlnet_tf.config import HEAD_RUN_OPTIONS, ConfigError, RunOptions, XLNetConf
 from xlnet_tf.layers.dropout import Dropout
 from xlnet_tf import files
 from xlnet_tf.lazy import lazy_getattr
-from xlnet_tf.model import (RUN_OPTIONS_FILE, XLNetModel, layer_from_config, read_run_options, restore_checkpoint,
-                            write_pretrained)
+from xlnet_tf.model import (RUN_OPTIONS_FILE, XLNetModel, layer_from_config, model_config, read_run_options,
+                            restore_checkpoint, write_pretrained)
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask", "example_ids")
 MASKED = -1e30  # the original's masking constant; logits are float32
 
 
+@keras.saving.register_keras_serializable(package="xlnet_tf")
 class Dense(keras.layers.Layer):
     """x [..., d_in] -> [..., units], kernel [d_in, units] (+ bias), optional tanh; float32 or compute dtype."""
 
@@ -61,6 +62,7 @@ class Dense(keras.layers.Layer):
         return config
 
 
+@keras.saving.register_keras_serializable(package="xlnet_tf")
 class SequenceSummary(keras.layers.Layer):
     """The original "last" summary: [B, T, d] -> [B, d] = dropout(tanh(W h_last + b)); h_last is the <cls>."""
 
@@ -131,9 +133,25 @@ class _HeadModel(keras.Model):
         return self.transformer.encode_document(encoder_inputs, segment_len, self.head_config.get("grad_segments", 0),
                                                 training, output_positions=tf.fill([shape[0], 1], segment_len - 1))
 
+    def build(self, input_shape=None):
+        """Marks the model built: every weight is made in `__init__` (so a loaded model takes its weights at once)."""
+        self.built = True
+
+    # The encoder's mask_emb feeds only the pretraining query stream, which no head runs: it is not among the weights
+    # Keras' `fit` trains (`trainable_weights`, which would warn that it has no gradient). It stays an encoder weight
+    # under its checkpoint path, and in `trainable_variables`: the project's Trainer builds its optimizer from that
+    # list, whose order its checkpoints' optimizer slots follow, and skips variables without gradient itself.
+    @property
+    def trainable_weights(self):
+        return [v for v in super().trainable_weights if v is not self.transformer.mask_emb]
+
+    @property
+    def non_trainable_weights(self):
+        trained = {id(v) for v in self.trainable_weights}
+        return [v for v in self.weights if id(v) not in trained]
+
     def get_config(self):
-        return {"name": self.name, "config": self.config.to_dict(), "run_options": self.run_options.to_dict(),
-                **self.head_config}
+        return {**model_config(self, super().get_config()), **self.head_config}
 
     @classmethod
     def from_config(cls, config):
@@ -161,6 +179,7 @@ class _HeadModel(keras.Model):
 DOCUMENT_KWARGS = ("segment_len", "mem_len", "grad_segments")
 
 
+@keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetForSequenceClassification(_HeadModel):
     """Classification (num_labels classes) or regression (num_labels = 1): `logits` [B, num_labels], or
     `predictions` [B] for regression. With `segment_len`, long documents are read with memory (`encode_last`)."""
@@ -176,6 +195,7 @@ class XLNetForSequenceClassification(_HeadModel):
         self.logits_proj = Dense(config.d_model, self.num_labels, name="logits_proj", **self._sub)
         self.sequence_summary.build()
         self.logits_proj.build()
+        self.build()
 
     def call(self, inputs, training=False):
         summary = self.sequence_summary(self.encode_last(inputs, training), training=training)
@@ -185,6 +205,7 @@ class XLNetForSequenceClassification(_HeadModel):
         return {"logits": logits}
 
 
+@keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetForMultipleChoice(_HeadModel):
     """Every option scored by one shared head: inputs [B, C, T] -> `logits` [B, C] (softmax over options).
     With `segment_len`, long articles are read with memory (`encode_last`)."""
@@ -198,6 +219,7 @@ class XLNetForMultipleChoice(_HeadModel):
         self.logits_proj = Dense(config.d_model, 1, name="logits_proj", **self._sub)
         self.sequence_summary.build()
         self.logits_proj.build()
+        self.build()
 
     def call(self, inputs, training=False):
         if "example_slots" in inputs:  # packed rows: every option is a sequence of its own
@@ -210,6 +232,7 @@ class XLNetForMultipleChoice(_HeadModel):
         return {"logits": tf.reshape(logits, [shape[0], shape[1]])}
 
 
+@keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetForTokenClassification(_HeadModel):
     """A tag for every position (named entities, part-of-speech, slots): `logits` [B, T, num_labels] float32
     from one dense layer over the encoder's last layer (transformers' XLNetForTokenClassification `classifier`,
@@ -222,6 +245,7 @@ class XLNetForTokenClassification(_HeadModel):
         self.num_labels = num_labels
         self.classifier = Dense(config.d_model, num_labels, name="classifier", **self._sub)
         self.classifier.build()
+        self.build()
 
     def call(self, inputs, training=False):
         return {"logits": tf.cast(self.classifier(self.encode(inputs, training)), tf.float32)}
@@ -231,6 +255,7 @@ def _mask_logits(logits, p_mask):
     return tf.where(tf.cast(p_mask, tf.bool), tf.constant(MASKED, logits.dtype), logits)
 
 
+@keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetForQuestionAnswering(_HeadModel):
     """The original SQuAD head.
 
@@ -259,6 +284,7 @@ class XLNetForQuestionAnswering(_HeadModel):
         for layer in (self.start_dense, self.end_dense_0, self.end_dense_1, self.answer_dense_0, self.answer_dense_1):
             layer.build()
         self.end_layer_norm.build((None, None, d))
+        self.build()
 
     def _end_logits(self, hidden, start_states):
         """hidden [B, T, d], start_states [B, ..., d] broadcast over T -> [B, T, ...] logits."""
@@ -299,6 +325,7 @@ class XLNetForQuestionAnswering(_HeadModel):
         return outputs
 
 
+@keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetForQuestionAnsweringSimple(_HeadModel):
     """The simple span head (transformers' XLNetForQuestionAnsweringSimple, `--squad-head simple`): start and
     end logits from one dense layer `qa_outputs` [d, 2] at every position, padding masked.
@@ -319,6 +346,7 @@ class XLNetForQuestionAnsweringSimple(_HeadModel):
         self.start_n_top, self.end_n_top = start_n_top, end_n_top
         self.qa_outputs = Dense(config.d_model, 2, name="qa_outputs", **self._sub)
         self.qa_outputs.build()
+        self.build()
 
     def call(self, inputs, training=False):
         hidden = self.encode(inputs, training)

@@ -38,6 +38,7 @@ def cache_memory(hidden, previous, mem_len, reuse_len):
     return tf.stop_gradient(current[:, -mem_len:])
 
 
+@keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetModel(keras.Model):
     """The XLNet encoder, batch-major.
 
@@ -278,7 +279,7 @@ class XLNetModel(keras.Model):
                     **memory_inputs)["sequence_output"]
 
     def get_config(self):
-        return {"name": self.name, "config": self.config.to_dict(), "run_options": self.run_options.to_dict()}
+        return model_config(self, super().get_config())
 
     @classmethod
     def from_config(cls, config):
@@ -307,6 +308,7 @@ class XLNetModel(keras.Model):
         return model
 
 
+@keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetPretrainer(keras.Model):
     """XLNetModel plus the LM head tied to the word embedding (with its own bias) and the permutation-LM loss.
 
@@ -362,7 +364,7 @@ class XLNetPretrainer(keras.Model):
         return decoding.generate_ids(self, prompt_ids, prompt_mask, options, **overrides)
 
     def get_config(self):
-        return {"name": self.name, "config": self.config.to_dict(), "run_options": self.run_options.to_dict()}
+        return model_config(self, super().get_config())
 
     @classmethod
     def from_config(cls, config):
@@ -392,6 +394,12 @@ def masked_cross_entropy(logits, target_ids, target_mask=None):
     losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(target_ids, tf.int32), logits=logits)
     weights = tf.ones_like(losses) if target_mask is None else tf.cast(target_mask, losses.dtype)
     return tf.reduce_sum(losses * weights), tf.reduce_sum(weights)
+
+
+def model_config(model, base):
+    """get_config() of a model built from (XLNetConfig, RunOptions): Keras' `base` config (name, trainable, dtype
+    policy) plus both as plain dicts; `layer_from_config` rebuilds the model from it."""
+    return {**base, "config": model.config.to_dict(), "run_options": model.run_options.to_dict()}
 
 
 def layer_from_config(cls, config):

@@ -96,6 +96,7 @@ def _shape(tensor):
 MASKED_SCORE = -1e30
 
 
+@keras.saving.register_keras_serializable(package="xlnet_tf")
 class TwoStreamRelativeAttention(keras.layers.Layer):
     """Relative attention for the content stream and, optionally, the query stream, with the post-attention
     projection, dropout, residual and LayerNorm (epsilon 1e-12).

@@ -9,6 +9,7 @@ from xlnet_tf.layers.feedforward import PositionwiseFeedForward
 from xlnet_tf.layers.recompute import recomputed
 
 
+@keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetBlock(keras.layers.Layer):
     """content [B, T, d], query [B, P, d] or None -> (content, query). Both streams share every weight.
 

@@ -45,6 +45,7 @@ def scaled_keep_mask(shape, seed, threshold, scale):
     return tf.cast(keep, scale.dtype) * scale
 
 
+@keras.saving.register_keras_serializable(package="xlnet_tf")
 class Dropout(keras.layers.Layer):
     """Drop-in replacement for `keras.layers.Dropout(rate, seed=...)` (no `noise_shape`).
 

@@ -62,6 +62,7 @@ TRAINING_ACTIVATIONS = {
 }
 
 
+@keras.saving.register_keras_serializable(package="xlnet_tf")
 class PositionwiseFeedForward(keras.layers.Layer):
     """LayerNorm(x + dropout(W2 dropout(act(W1 x + b1)) + b2)), [B, T, d_model] -> [B, T, d_model]."""
 
