@@ -249,7 +249,7 @@ def _lm_directory(model_dir):
 
 
 def export_model(model_dir, export_base, version=None, max_seq_len=None, reusable=False, precision="float32",
-                 max_new_tokens=None, packing="auto"):
+                 max_new_tokens=None, packing="auto", checkpoint=None):
     """Export a fine-tuned model directory as a TensorFlow Serving SavedModel; returns the version's path.
 
     Args:
@@ -273,6 +273,8 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
       packing: "auto" (classification, regression, multi-label, RACE in one window: the rows of a request, or
         of requests merged by batching, are packed before the model; ``build_serving_module``) or "none";
         recorded.
+      checkpoint: a fine-tuned directory's weights: "best", "last", a checkpoint path, or None (the best when
+        evaluation during training kept one, else the last; ``xlnet_tf.tasks.choose_checkpoint``).
     Raises:
       UserError: the version exists already, a bad version / max_seq_len, or a graph with an op that TF
         Serving does not link (nothing is left behind).
@@ -323,7 +325,8 @@ def export_model(model_dir, export_base, version=None, max_seq_len=None, reusabl
         model, tokenizer = load_generator(model_dir, dtype=PRECISIONS[precision])
     else:
         # float32 variables whatever the training precision (computing in `precision`); no dropout.
-        model, _ = tasks.load_finetuned(model_dir, dtype=PRECISIONS[precision], dropout=0.0, dropatt=0.0)
+        model, _ = tasks.load_finetuned(model_dir, dtype=PRECISIONS[precision], dropout=0.0, dropatt=0.0,
+                                        checkpoint=checkpoint)
         tokenizer = XLNetTokenizer(os.path.join(model_dir, finetune_config.get("spm_model") or SPM_FILE),
                                    **tokenizer_settings(finetune_config))
     if lm:

@@ -10,6 +10,7 @@ _LAZY = {
     "ServerOptions": "xlnet_tf.serving.options",
     "Client": "xlnet_tf.serving.client",
     "ServingError": "xlnet_tf.serving.errors",
+    "Unavailable": "xlnet_tf.serving.client",
     "BatchingConfig": "xlnet_tf.serving.config",
     "load_model_config": "xlnet_tf.serving.config",
     "load_batching_config": "xlnet_tf.serving.config",

@@ -399,7 +399,7 @@ def serve_main(args):
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        server.start()
+        server.start(console_line=False)  # the line below is the console's start line (once)
         rest = f" REST {server.rest_url}" if server.rest_url else ""
         socket = f" unix:{server.socket_path}" if server.socket_path else ""
         print(f"serving gRPC {server.grpc_target or ''}{socket}{rest} models: {server.describe_models()}", flush=True)
@@ -503,7 +503,7 @@ def _print_metadata(client, args, out):
 
 def query_main(args, out=None):
     """Queries a server; prints readable results (JSON with --json). 0 on success, 1 on a server error."""
-    from .client import Client
+    from .client import Client, Unavailable
     from .errors import ServingError
 
     out = out or sys.stdout
@@ -554,6 +554,8 @@ def query_main(args, out=None):
                 rows = client.classify(args.text, args.text_b, signature_name=args.signature, api=args.api)
             lines = [formatted(i, t, r) for i, (t, r) in enumerate(zip(args.text, rows))]
     except ServingError as error:
+        if isinstance(error, Unavailable) and error.no_server:
+            raise UserError(error.advice(args.server, args.model, args.retries)) from None
         print(f"xlnet-tf query: error: {error}", file=sys.stderr)
         return 1
     except ValueError as error:
@@ -581,13 +583,12 @@ def build_parser():
 
 
 def main(argv=None):
-    import logging
-
     from xlnet_tf.arguments import leaf_parser, option_strings
+    from xlnet_tf.console import configure
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    configure()  # INFO and above to the console, without the records meant for a log file only
     run = serve_main if args.command == "serve" else query_main
     try:
         return run(args) or 0

@@ -9,8 +9,9 @@
     client.predict({"text": ["..."]}, signature_name="tokenize")  # any signature -> {name: ndarray}
 
 Each call has a deadline (`timeout` seconds) and is retried on UNAVAILABLE only (server starting,
-restarting, connection refused), `retries` times with exponential backoff; other failures raise
-ServingError with the server's code and message. Message-size limits are raised above gRPC's 4 MB.
+restarting, connection refused), `retries` times with exponential backoff (then `Unavailable`, a
+ServingError that says whether any server answered); other failures raise ServingError with the server's code
+and message. Message-size limits are raised above gRPC's 4 MB.
 
 TLS (a server started with an SSLConfig, `--ssl_config_file`): give `ssl_ca_file` (PEM of the CA to trust;
 without it, the system's roots), and for mutual TLS `ssl_cert_file` with `ssl_key_file` (the client's PEM
@@ -61,6 +62,47 @@ def _strings(values, what):
 
 def _text(value):
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class Unavailable(ServingError):
+    """UNAVAILABLE after every attempt of a call: `target` (as given), `attempts` (1 + the retries made) and
+    `seconds` (from the first attempt to the last failure). `no_server`: no connection was made (refused, or the
+    host not found), as opposed to a server that answered UNAVAILABLE."""
+
+    _NO_CONNECTION = ("failed to connect", "connection refused", "errors resolving", "dns resolution failed",
+                      "name resolution", "address lookup failed")
+
+    def __init__(self, message, target, attempts, seconds):
+        super().__init__(grpc.StatusCode.UNAVAILABLE, message)
+        self.target, self.attempts, self.seconds = target, attempts, seconds
+
+    @property
+    def no_server(self):
+        return any(words in self.message.lower() for words in self._NO_CONNECTION)
+
+    @property
+    def reason(self):
+        """A few words for why nothing answered: "connection refused", "host not found", ..."""
+        text = self.message.lower()
+        if "refused" in text:
+            return "connection refused"
+        if "resolv" in text or "lookup" in text:
+            return "host not found"
+        return "no connection"
+
+    def advice(self, server, model, retries):
+        """`xlnet-tf query`'s one line when no server answers at `server` (--server): what was tried, and how to
+        start one (`xlnet-tf serve` for `model`) or wait longer (--retries, now `retries`)."""
+        port = server.rpartition(":")[2]
+        serve = f"xlnet-tf serve --model-base-path EXPORT_DIR --model-name {model}" + (
+            f" --port {port}" if port.isdigit() and port != "8500" else "")
+        if self.attempts > 1:
+            tried = f"tried {self.attempts} times over {self.seconds:.1f} s: {self.reason}"
+            wait = f"or give a server that is still starting more time with a larger --retries (now {retries})"
+        else:
+            tried = self.reason
+            wait = "or wait for a server that is still starting with --retries N"
+        return f"no server answers at {self.target} ({tried}); start one with `{serve}`, {wait}"
 
 
 class Client:
@@ -128,7 +170,9 @@ class Client:
             spec.signature_name = signature_name
 
     def _call(self, method, request):
-        attempt = 0
+        """`method(request)`, retried on UNAVAILABLE `retries` times (then `Unavailable`); other failures raise
+        ServingError."""
+        attempt, began = 0, time.monotonic()
         while True:
             try:
                 return method(request, timeout=self.timeout)
@@ -139,6 +183,9 @@ class Client:
                     attempt += 1
                     continue
                 details = error.details() if hasattr(error, "details") else str(error)
+                if code == grpc.StatusCode.UNAVAILABLE:
+                    raise Unavailable(details or code.name, self.target, attempt + 1,
+                                      time.monotonic() - began) from None
                 raise ServingError(code, details or code.name) from None
 
     # -- generic --------------------------------------------------------------------------------------

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import socket
 import threading
 from concurrent import futures
 
 import grpc
 
 from xlnet_tf import files
-from xlnet_tf.errors import UserError
+from xlnet_tf.console import FILE_ONLY
+from xlnet_tf.errors import Spelling, UserError
 
 from .batching import BatchScheduler
 from .config import ConfigFilePoller, ModelEntry, load_batching_config, load_model_config
@@ -31,6 +34,36 @@ log = logging.getLogger("xlnet_tf.serving")
 
 def _address(host, port):
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+GRPC_PORT = Spelling("port=", "--port", hint=False)
+REST_PORT = Spelling("rest_api_port=", "--rest-api-port", hint=False)
+
+
+def port_in_use(host, port):
+    """Whether something already listens on `host`:`port` (a trial bind of each of its addresses fails with
+    EADDRINUSE; SO_REUSEADDR, as gRPC and the REST server bind, so that a port left in TIME_WAIT is free).
+    False for port 0 (any free port) and for what a trial bind cannot judge (the real bind reports that)."""
+    if not port:
+        return False
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError):
+        return False
+    for family, kind, proto, _, address in addresses:
+        try:
+            with socket.socket(family, kind, proto) as trial:
+                trial.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                trial.bind(address)
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return True
+    return False
+
+
+def in_use_error(host, port, flag):
+    """The UserError of a port that something else listens on, naming the flag (`GRPC_PORT`, `REST_PORT`)."""
+    return UserError(f"{_address(host, port)} is in use (another server?): pick another ", flag)
 
 
 class ModelServer:
@@ -74,15 +107,21 @@ class ModelServer:
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
-    def start(self):
-        """Loads the models found on disk, binds the ports, starts serving. Returns self."""
+    def start(self, console_line=True):
+        """Checks the ports, loads the models found on disk, binds the ports, starts serving. Returns self.
+        `console_line` False: the "serving gRPC at" record is for the log file only (`console.FILE_ONLY`), for a
+        caller that prints its own start line (`xlnet-tf serve`)."""
         if self._started:
             return self
         self._started = True
         options = self.options
-        # The certificates are read first: a bad --ssl_config_file fails before any model loads.
+        # The certificates and the ports are checked first: a bad --ssl_config_file or a port in use fails before
+        # any model loads.
         try:
             credentials = server_credentials(options.ssl_config_file) if options.ssl_config_file else None
+            for port, flag in ((options.port, GRPC_PORT), (options.rest_api_port, REST_PORT)):
+                if port is not None and port_in_use(self.host, port):
+                    raise in_use_error(self.host, port, flag)
         except BaseException:
             self._stopped.set()  # nothing started: stop() has nothing to do
             raise
@@ -99,7 +138,7 @@ class ModelServer:
         if options.enable_grpc_healthcheck_service:
             self.health = add_health_service(self._grpc)
         if options.port is not None:
-            self.port = self._listen(_address(self.host, options.port), credentials)
+            self.port = self._listen(_address(self.host, options.port), credentials, options.port)
         if options.grpc_socket_path:
             self.socket_path = os.path.abspath(options.grpc_socket_path)
             self._listen(f"unix:{self.socket_path}", credentials)
@@ -108,6 +147,8 @@ class ModelServer:
                 self._rest = RestServer((self.host, options.rest_api_port), self.core, options)
             except OSError as error:
                 self._abort_start()
+                if error.errno == errno.EADDRINUSE:
+                    raise in_use_error(self.host, options.rest_api_port, REST_PORT) from None
                 raise UserError(f"cannot listen for REST on {_address(self.host, options.rest_api_port)}:"
                                 f" {error}") from None
             self.rest_api_port = self._rest.server_address[1]
@@ -121,23 +162,26 @@ class ModelServer:
             self._config_poller.start()
         log.info("serving gRPC at %s%s; models: %s; batching: %s", self.grpc_target,
                  f", REST at {self.rest_url}" if self._rest else "", self.describe_models(),
-                 options.batching if options.batching else "off")
+                 options.batching if options.batching else "off", extra=None if console_line else FILE_ONLY)
         return self
 
-    def _listen(self, address, credentials):
-        """Binds a gRPC listener (TLS with `credentials`) -> its port."""
+    def _listen(self, address, credentials, port=None):
+        """Binds a gRPC listener (TLS with `credentials`) -> its port (`port`: the TCP port asked for, None for a
+        unix socket)."""
         try:
             if credentials is None:
-                port = self._grpc.add_insecure_port(address)
+                bound = self._grpc.add_insecure_port(address)
             else:
-                port = self._grpc.add_secure_port(address, credentials)
+                bound = self._grpc.add_secure_port(address, credentials)
         except RuntimeError as error:
             self._abort_start()
+            if port_in_use(self.host, port):  # taken since start() looked
+                raise in_use_error(self.host, port, GRPC_PORT) from None
             raise UserError(f"cannot listen for gRPC on {address}: {error}") from None
-        if not port and not address.startswith("unix:"):
+        if not bound and not address.startswith("unix:"):
             self._abort_start()
             raise UserError(f"cannot listen for gRPC on {address}")
-        return port
+        return bound
 
     def _abort_start(self):
         if self._grpc is not None:

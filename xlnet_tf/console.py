@@ -17,6 +17,13 @@ import tempfile
 LOG_FILE = "xlnet-tf.log"
 OWN_LOGGERS = ("xlnet_tf", "__main__")
 _installed = []  # the handlers `configure` added, removed by its next call
+# `log.info(..., extra=FILE_ONLY)`: a record for the log file, kept off the console (a line the command also prints)
+FILE_ONLY = {"console": False}
+
+
+def not_file_only(record):
+    """A console handler's filter: False for the records logged with `FILE_ONLY`."""
+    return getattr(record, "console", True)
 
 
 def _own_or_warning(record):
@@ -47,6 +54,7 @@ def configure(log_file=None, verbose=False):
         handler.close()
     _installed.clear()
     console = _ConsoleHandler()
+    console.addFilter(not_file_only)
     console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     handlers = [console]
     if log_file:

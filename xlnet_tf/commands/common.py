@@ -163,6 +163,16 @@ def training_options(args, strategy, **extra):
     )
 
 
+def loss_summary(records, steps_per_loop):
+    """The losses of a run's log `records` as finetune and pretrain print them: each with its step, so that one log
+    point does not read as a loss that never moved ("loss 0.5645 at step 10 (one log point; --steps-per-loop 10)",
+    else "loss 0.6931 at step 10 -> 0.5645 at step 300")."""
+    first, last = records[0], records[-1]
+    if len(records) == 1:
+        return f"loss {last['loss']:.4f} at step {last['step']} (one log point; --steps-per-loop {steps_per_loop})"
+    return f"loss {first['loss']:.4f} at step {first['step']} -> {last['loss']:.4f} at step {last['step']}"
+
+
 def start_run(args):
     """Strategy first (logical CPU devices must be set before TensorFlow initialises them), then seeds."""
     strategy = distribution_strategy(args)

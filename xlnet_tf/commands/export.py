@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from xlnet_tf.commands.common import Command, UNRECORD_HINT
+from xlnet_tf.commands.evaluate import add_checkpoint_flag
 from xlnet_tf.errors import UserError
 
 
@@ -10,9 +11,21 @@ def _export(args):
     from xlnet_tf.export import export_model
     from xlnet_tf.generation import RecordedRunOptionsError
 
+    from xlnet_tf import files
+    from xlnet_tf.heads import FINETUNE_FILE
+
+    if files.exists(files.join(args.model_dir, FINETUNE_FILE)):  # a fine-tuned directory (not a language model)
+        from xlnet_tf.commands.evaluate import checkpoint_used
+
+        _, line = checkpoint_used(args.model_dir, args.checkpoint)
+        if line:
+            print(line)
+    elif args.checkpoint:
+        raise UserError(f"--checkpoint is for a fine-tuned directory; {args.model_dir} has no {FINETUNE_FILE}")
     try:
         print(export_model(args.model_dir, args.export_base, args.version, args.max_seq_len, args.reusable,
-                           precision=args.precision, max_new_tokens=args.max_new_tokens, packing=args.packing))
+                           precision=args.precision, max_new_tokens=args.max_new_tokens, packing=args.packing,
+                           checkpoint=args.checkpoint))
     except RecordedRunOptionsError as error:  # a language model's export generates
         raise UserError(error.explain(UNRECORD_HINT)) from None
 
@@ -28,6 +41,7 @@ def add_export_arguments(parser):
                         "prompt tokens kept, 512)")
     parser.add_argument("--max-new-tokens", type=int, help="a language model's export: the most tokens one request "
                         "generates (default 64)")
+    add_checkpoint_flag(parser)
     parser.add_argument("--reusable", action="store_true",
                         help="export the encoder alone as a reusable, trainable SavedModel")
     parser.add_argument("--packing", default="auto", metavar="auto|none",

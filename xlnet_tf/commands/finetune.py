@@ -8,12 +8,12 @@ import functools
 import json
 import re
 
-from xlnet_tf.commands.common import Command, add_training_flags, start_run, training_options
+from xlnet_tf.commands.common import Command, add_training_flags, loss_summary, start_run, training_options
 from xlnet_tf.errors import UserError
 
 
 def _finetune(args):
-    from xlnet_tf import files
+    from xlnet_tf import files, tasks
     from xlnet_tf.config import RunOptions, XLNetConfig
     from xlnet_tf.model import CONFIG_FILE, SPM_FILE
     from xlnet_tf.training.finetune import FinetuneSetup, parse_widths, run_finetuning
@@ -32,10 +32,11 @@ def _finetune(args):
         tag_column=args.tag_column, label_all_pieces=args.label_all_pieces, squad_head=args.squad_head,
         max_answer_length=args.max_answer_length, label_separator=args.label_separator,
         tune_thresholds=args.tune_thresholds, packing=args.packing, columns=columns or None,
-        skip_bad_rows=args.skip_bad_rows,
+        skip_bad_rows=args.skip_bad_rows, evaluation=_eval_schedule(args),
     )
     probe = setup(config=None, spm_model=None, run_options=None)  # bad flags fail before any work (the task's too)
     parse_widths(args.bucket_boundaries, args.max_seq_len, probe.doc_len)
+    tasks.get(args.task).check_files(probe)  # a train or eval file without labels: before the run starts
     run_options = RunOptions(dropout=args.dropout, dropatt=args.dropatt, initializer_range=args.init_std,
                              recompute=args.recompute)
     if args.init_checkpoint:  # its recorded clamp_len / same_length / attn_type, under this run's flags
@@ -61,10 +62,32 @@ def _finetune(args):
     options = training_options(_with_steps(args, args.train_steps or 1), strategy, layer_decay=args.layer_decay)
     trainer, records, results = run_finetuning(setup, options, strategy)
     if records:
-        print(f"fine-tuned to step {records[-1]['step']}: loss {records[0]['loss']:.4f} -> {records[-1]['loss']:.4f}")
+        print(f"fine-tuned to step {records[-1]['step']}: {loss_summary(records, options.steps_per_loop)}")
     if results:
         print(json.dumps(results, indent=2))
+    _report_evaluation(trainer)
     return 143 if trainer.stopped_by_signal else 0
+
+
+def _eval_schedule(args):
+    """--eval-every / --eval-every-epoch / --best-metric / --early-stopping-patience as an `EvalSchedule`."""
+    from xlnet_tf.training.evaluation import EvalSchedule
+
+    return EvalSchedule(every=args.eval_every, every_epoch=args.eval_every_epoch, best_metric=args.best_metric,
+                        patience=args.early_stopping_patience)
+
+
+def _report_evaluation(trainer):
+    """The best checkpoint evaluation during training kept, and where and why patience stopped the run."""
+    hook = getattr(trainer, "hook", None)
+    if hook is None or not hook.state:
+        return
+    if hook.stopped is not None:
+        print(f"early stopping at step {hook.stopped[0]}: {hook.stopped[1]}")
+    from xlnet_tf import files, tasks
+
+    print(f"best checkpoint: step {hook.state['step']}, {hook.metric} {hook.state['value']:.6g} "
+          f"({files.join(hook.model_dir, tasks.BEST_DIR)}; export, evaluate and predict use it)")
 
 
 def _column(value):
@@ -97,7 +120,22 @@ def add_finetune_arguments(parser):
                                "with any number of labels (JSONL: a list; TSV / CSV: --label-separator), each label "
                                "its own sigmoid and binary cross-entropy")
     parser.add_argument("--train-file", required=True)
-    parser.add_argument("--eval-file", help="evaluated after training (metrics in MODEL_DIR/eval_results.json)")
+    parser.add_argument("--eval-file", help="evaluated after training (metrics in MODEL_DIR/eval_results.json), "
+                                            "and during it with --eval-every / --eval-every-epoch")
+    schedule = parser.add_mutually_exclusive_group()
+    schedule.add_argument("--eval-every", type=int, metavar="N",
+                          help="score --eval-file every N steps and at the last (train_log.jsonl, TensorBoard eval/*, "
+                               "training_curve.png) and keep the best checkpoint by --best-metric in MODEL_DIR/best "
+                               "(best.json: its step and metrics), which export, evaluate and predict then use")
+    schedule.add_argument("--eval-every-epoch", action="store_true",
+                          help="as --eval-every, every ceil(training rows / --batch-size) steps")
+    parser.add_argument("--best-metric", metavar="NAME",
+                        help="with an evaluation schedule: the metric that picks the best checkpoint (default: "
+                             "classification and race accuracy, regression pearson, multi-label micro_f1, squad f1, "
+                             "token-classification f1; mse: lower is better)")
+    parser.add_argument("--early-stopping-patience", type=int, metavar="K",
+                        help="with an evaluation schedule: stop after K evaluations in a row without improvement of "
+                             "--best-metric (a checkpoint is saved at that step)")
     parser.add_argument("--spm-model", help="default: INIT_CHECKPOINT/spiece.model")
     parser.add_argument("--lower-case", action="store_true", help="the SentencePiece model is uncased")
     parser.add_argument("--init-checkpoint",

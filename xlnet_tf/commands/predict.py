@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from xlnet_tf.commands.common import (Command, add_runner_flag, add_strategy_flags, beam_console,
                                      distribution_strategy)
+from xlnet_tf.commands.evaluate import CHECKPOINT_HELP
 from xlnet_tf.errors import UserError
 
 
@@ -14,12 +15,18 @@ def _predict(args):
             if value:
                 raise UserError(f"{flag} goes with --export-dir (a Beam pipeline over an exported SavedModel), not "
                                 f"with --model-dir (predicts one file in this process)")
+        from xlnet_tf.commands.evaluate import checkpoint_used
         from xlnet_tf.training.finetune import predict
 
+        _, line = checkpoint_used(args.model_dir, args.checkpoint)
+        if line:
+            print(line)
         count = predict(args.model_dir, args.input, args.output, args.batch_size, distribution_strategy(args),
-                        skip_bad_rows=args.skip_bad_rows)
+                        skip_bad_rows=args.skip_bad_rows, checkpoint=args.checkpoint)
         print(f"wrote {count} predictions to {args.output}")
         return
+    if args.checkpoint:
+        raise UserError("--checkpoint goes with --model-dir (an export holds the weights it was exported with)")
     if args.skip_bad_rows:
         raise UserError("--skip-bad-rows goes with --model-dir; with --export-dir bad rows go to the dead letters "
                         "(PREFIX-dead-letter-*.jsonl) and the pipeline goes on")
@@ -52,6 +59,7 @@ def add_predict_arguments(parser):
                          "bad rows always go to the dead letters)")
     parser.add_argument("--input-format", choices=["jsonl", "tsv", "csv", "tfrecord"],
                          help="--export-dir: the format of every input file (default: from each extension)")
+    parser.add_argument("--checkpoint", metavar="best|last|PATH", help="--model-dir: " + CHECKPOINT_HELP)
     add_runner_flag(parser, "with --export-dir; default DirectRunner, give it to pass Beam options")
     add_strategy_flags(parser, " for --model-dir (each batch split across its replicas)")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xlnet_tf.commands.common import Command, add_training_flags, start_run, training_options
+from xlnet_tf.commands.common import Command, add_training_flags, loss_summary, start_run, training_options
 from xlnet_tf.errors import UserError
 
 
@@ -25,9 +25,10 @@ def _pretrain(args):
     num_predict = args.num_predict or max(1, round(metadata["seq_len"] / 6))
     setup = PretrainingSetup(args.data_dir, args.model_dir, config, run_options, num_predict, args.objective,
                              args.mixed_precision)
-    trainer, records = run_pretraining(setup, training_options(args, strategy), strategy)
+    options = training_options(args, strategy)
+    trainer, records = run_pretraining(setup, options, strategy)
     if records:
-        print(f"pretrained to step {records[-1]['step']}: loss {records[0]['loss']:.4f} -> {records[-1]['loss']:.4f}; "
+        print(f"pretrained to step {records[-1]['step']}: {loss_summary(records, options.steps_per_loop)}; "
               f"model directory {args.model_dir}")
     if trainer.stopped_by_signal:
         return 143

@@ -284,6 +284,94 @@ def _text_column(names, given, what="column"):
     return None, f"no {what} named 'text_a' nor one text {what} ({', '.join(TEXT_COLUMNS)}) in {list(names)}"
 
 
+class _Fix(Spelling):
+    """Words that name a fix for one file (its own column names): `argument` for Python callers, `flag` for a command
+    with the flags it names, else `otherwise` (a command without them: evaluate reads the columns finetune recorded).
+    Not kept for re-spelling other messages (`errors._HINTS`): the words are this file's."""
+
+    def __init__(self, argument, flag, otherwise=""):
+        super().__init__(argument, flag, hint=False)
+        self.hint, self.otherwise = True, otherwise
+
+    def render(self, flags=None):
+        return super().render(flags) or ("" if flags is None else self.otherwise)
+
+
+_ID_NAMES = ("id", "idx", "index", "guid", "uid")  # columns never suggested as the label's
+
+
+def _no_labels(path, line, names, used, what="column"):
+    """The UserError of a file whose rows carry no label where labels are needed (training, evaluation): `names`
+    are its header's columns (None: a file without a header row) or its first JSON object's keys (`what` "key"),
+    `used` the ones read as texts. Names the flag (--label-column) and, when one is left, the column to give it."""
+    if names is None:
+        return UserError(f"{path}, line {line}: no label column in a file without a header row (labels are needed "
+                         "here)", _Fix("; give its number with label=N.", "; give its number with --label-column N.",
+                                       "; add a header row naming it 'label'."))
+    names = [name.strip() for name in names]
+    left = [name for name in names if name not in used and name.lower() not in _ID_NAMES]
+    field = "column" if what == "column" else "key"
+    where = "header's columns" if what == "column" else "first object's keys"
+    if not left:
+        return UserError(f"{path}, line {line}: no label {field}: the {where} {names} hold no labels; add a "
+                         f"{field} with each row's label, named 'label'",
+                         _Fix(" (or any name, given as label=).", " (or any name, given with --label-column).",
+                              "."))
+    text = f"{path}, line {line}: no label {field}: none of the {where} {names} is named 'label'"
+    if len(left) == 1:
+        return UserError(text, _Fix(f"; name yours with label={left[0]!r}.", f"; name yours with --label-column "
+                                    f"(here: --label-column {left[0]}).", f"; the labels must be in a {field} named "
+                                    "'label'."))
+    return UserError(text, _Fix(f"; name yours with label= (one of {left}).", f"; name yours with --label-column "
+                                f"(one of {left}).", f"; the labels must be in a {field} named 'label'."))
+
+
+def _head_bytes(path, limit=1 << 20):
+    """The first whole lines of `path` (up to `limit` bytes, without a UTF-8 BOM), or None when it cannot be read
+    or its first line is longer (`read_examples` then reads and judges the whole file)."""
+    try:
+        if not files_layer.isfile(path):
+            return None
+        with files_layer.open(path, "rb") as f:
+            raw = f.read(limit + 1)
+    except OSError:
+        return None
+    if len(raw) > limit:
+        raw = raw[:raw.rfind(b"\n") + 1]
+    raw = raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
+    return raw if raw.strip() else None
+
+
+def check_labels(path, text_a=None, text_b=None, label=None, *, glue_task=None, has_header=None):
+    """Refuses, from its first line (header row or JSON object) only, a classification / regression / multi-label
+    file whose rows have no label (UserError naming the file, its columns and the option that names the label
+    column); called before any training so that a training or evaluation file is refused before the work starts.
+    Arguments as `read_examples`'. What the first line cannot tell (bad rows, labels) `read_examples` judges."""
+    path = os.fspath(path)
+    fmt = _format_of(path)
+    raw = _head_bytes(path)
+    if raw is None:
+        return
+    if fmt == "jsonl":
+        line, obj, _ = next(jsonl_records(raw), (None, None, None))
+        if label is not None or obj is None or "label" in obj:
+            return
+        key_a, no_text = _text_column(list(obj), text_a, "field")
+        if no_text is None and key_a in obj:  # (a missing text is read_examples' to name, with its hints)
+            raise _no_labels(path, line, list(obj), {key_a, text_b or "text_b"}, "key")
+        return
+    line, row, _ = next(_delimited_records(raw, fmt), (None, None, None))
+    if row is not None:
+        cols = _resolve_columns(path, row, glue_task, text_a, text_b, label, has_header)
+        if cols.label is None:
+            raise _no_labels(path, line, row if cols.header else None, _used_names(row, cols))
+
+
+def _used_names(row, cols):
+    """The header names of `cols`' text columns."""
+    return {row[i].strip() for i in (cols.text_a, cols.text_b) if i is not None}
+
+
 def _resolve_columns(path, first, glue_task, text_a, text_b, label, has_header):
     """Decide which columns hold text_a / text_b / label, from ``glue_task``, the arguments or the header."""
     first = [f.strip() for f in first]
@@ -339,7 +427,7 @@ def _resolve_columns(path, first, glue_task, text_a, text_b, label, has_header):
 
 
 def read_examples(path, task="classification", text_a=None, text_b=None, label=None, *, glue_task=None,
-                  has_header=None, skip_bad_rows=False, label_separator=","):
+                  has_header=None, skip_bad_rows=False, label_separator=",", require_labels=False):
     """Read a classification or regression file into ``TextExample``s.
 
     Format by extension: ``.tsv`` (no quote processing, like GLUE), ``.csv`` (double-quote quoting),
@@ -365,6 +453,8 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
         the labels separated by ``label_separator``; an empty field: no label).
       skip_bad_rows: skip malformed rows (wrong column count, bad JSON, bad label, non-UTF-8 bytes)
         instead of raising; they are counted in the report with their line numbers.
+      require_labels: a file without a label column (or key) is refused at its first line (training and
+        evaluation files), naming its columns; else it is read without labels (prediction input).
     Returns:
       ``(examples, report)``; report keys: ``file``, ``format``, ``layout``, ``header``, ``labeled``,
       ``label_list`` (GLUE's, else ``None``), ``examples``, ``skipped``, ``skipped_lines``, ``skipped_reasons``.
@@ -395,12 +485,14 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
             if reason:
                 reject(line, reason)
                 continue
-            if labeled is None:
-                labeled = key_label in obj
             key_a, reason = _text_column(list(obj), text_a, "field")
             if reason:
                 reject(line, reason, KEY_HINT)
                 continue
+            if labeled is None:  # the first object with a text decides
+                labeled = key_label in obj
+                if require_labels and not labeled:
+                    raise _no_labels(path, line, list(obj), {key_a, key_b}, "key")
             a, b = obj.get(key_a), obj.get(key_b) if key_b else None
             if not isinstance(a, str):
                 reject(line, f"missing text field {key_a!r}" if a is None else f"{key_a!r} is not a string",
@@ -428,6 +520,8 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
                 if row is None:  # the first record decides the layout: it must be readable
                     raise UserError(f"{path}, line {line}: {reason}.")
                 cols = _resolve_columns(path, row, glue_task, text_a, text_b, label, has_header)
+                if require_labels and cols.label is None:
+                    raise _no_labels(path, line, row if cols.header else None, _used_names(row, cols))
                 if cols.header:
                     continue
             if reason:

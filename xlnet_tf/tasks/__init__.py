@@ -60,12 +60,36 @@ def build_head_model(task, config, run_options=None, dtype=None, **head):
     return get(task).build_model(config, run_options, dtype=dtype, **head)
 
 
+def export_in(path):
+    """(the SavedModel to give `predict --export-dir`, what `path` is in a few words) when `path` looks like an
+    export (xlnet-tf export's BASE/NAME/VERSION, or BASE/NAME holding numbered versions: the latest), else None."""
+    path = os.fspath(path)
+    if files.exists(files.join(path, "saved_model.pb")):
+        return path, "an exported SavedModel (saved_model.pb)"
+    try:
+        names = files.listdir(path) if files.isdir(path) else []
+    except OSError:
+        return None
+    versions = sorted(int(name.strip("/")) for name in names if name.strip("/").isdigit()
+                      and files.exists(files.join(path, name.strip("/"), "saved_model.pb")))
+    if not versions:
+        return None
+    listed = ", ".join(map(str, versions))
+    return (files.join(path, str(versions[-1])),
+            f"a folder of exported versions ({listed}; the latest: {versions[-1]})")
+
+
 def read_finetune_config(path):
     """`finetune_config.json` of a fine-tuned directory (any filesystem)."""
     from xlnet_tf.heads import FINETUNE_FILE
 
     meta = files.join(os.fspath(path), FINETUNE_FILE)
     if not files.exists(meta):
+        export = export_in(path)
+        if export is not None:
+            raise ConfigError(f"{path}: no {FINETUNE_FILE}: {export[1]}, not a fine-tuned model directory; predict "
+                              f"reads exports with `xlnet-tf predict --export-dir {export[0]}` (evaluate and export "
+                              "take the directory finetune wrote, its --model-dir)")
         raise ConfigError(f"{path}: no {FINETUNE_FILE} (not a fine-tuned model directory)")
     try:
         data = json.loads(files.read_text(meta))
@@ -76,14 +100,78 @@ def read_finetune_config(path):
     return data
 
 
-def load_finetuned(path, dtype=None, **run_options):
+def load_finetuned(path, dtype=None, checkpoint=None, **run_options):
     """(model, finetune_config) from a fine-tuned directory; keyword arguments are RunOptions fields and win over
-    the run options the directory records (run_options.json)."""
+    the run options the directory records (run_options.json). `checkpoint`: which weights (`choose_checkpoint`;
+    None: the best when evaluation during training kept one, else the last)."""
     from xlnet_tf.heads import head_arguments, restore_head
     from xlnet_tf.model import load_run_options, read_model_config
 
     finetune_config = read_finetune_config(path)
     model = build_head_model(finetune_config["task"], read_model_config(path), load_run_options(path, **run_options),
                              dtype=dtype, **head_arguments(finetune_config))
-    restore_head(model, path)
+    chosen = choose_checkpoint(path, checkpoint)
+    if chosen["restore"] == "prefix":  # a checkpoint file (prefix) given with --checkpoint PATH
+        status = model._checkpoint().read(chosen["path"])
+        status.assert_existing_objects_matched()
+        status.expect_partial()
+    else:
+        restore_head(model, chosen["path"])
     return model, finetune_config
+
+
+BEST_DIR = "best"  # MODEL_DIR/best: the best checkpoint kept by evaluation during training
+BEST_FILE = "best.json"
+CHECKPOINT_CHOICES = ("best", "last")
+
+
+def read_best(path):
+    """MODEL_DIR/best/best.json of a fine-tuned directory, or None (no evaluation during training)."""
+    meta = files.join(os.fspath(path), BEST_DIR, BEST_FILE)
+    if not files.exists(meta):
+        return None
+    return json.loads(files.read_text(meta))
+
+
+def choose_checkpoint(path, checkpoint=None):
+    """Which weights of fine-tuned directory `path` to load: `checkpoint` "best" (MODEL_DIR/best), "last" (the
+    latest of checkpoints/), a directory or a checkpoint prefix; None: the best when there is one, else the last.
+    -> {"checkpoint": "best" / "last" / the path, "path", "restore": "directory" or "prefix", "step", "metric",
+    "value", "given": whether it was asked for or a best exists (then commands say which they used)}."""
+    path = os.fspath(path)
+    best = read_best(path)
+    choice = checkpoint or ("best" if best is not None else "last")
+    out = {"checkpoint": choice, "path": path, "restore": "directory", "step": None, "metric": None, "value": None,
+           "given": checkpoint is not None or best is not None}
+    if choice == "best":
+        if best is None:
+            raise UserError(f"{path}: no {BEST_DIR}/{BEST_FILE} (kept by `finetune --eval-every`); give "
+                            "--checkpoint last")
+        return {**out, "path": files.join(path, BEST_DIR), "step": best["step"], "metric": best["metric"],
+                "value": best["value"]}
+    if choice == "last":
+        import tensorflow as tf
+
+        latest = tf.train.latest_checkpoint(files.join(path, "checkpoints"))
+        if latest is not None:
+            out["step"] = int(latest.rsplit("-", 1)[1])
+            last = (best or {}).get("last") or {}
+            if best is not None and last.get("step") == out["step"]:
+                out.update(metric=best["metric"], value=last["metrics"].get(best["metric"]))
+        return out
+    if files.isdir(choice):
+        return {**out, "path": choice}
+    if files.exists(choice + ".index"):
+        tail = choice.rsplit("-", 1)[-1]
+        return {**out, "path": choice, "restore": "prefix", "step": int(tail) if tail.isdigit() else None}
+    raise UserError(f"--checkpoint must be best, last, a directory or a checkpoint prefix (PREFIX.index), got "
+                    f"{checkpoint!r}")
+
+
+def describe_checkpoint(chosen):
+    """One line: which checkpoint a command used (step, and the metric's value when known)."""
+    figures = [f"step {chosen['step']}"] if chosen["step"] is not None else []
+    if chosen["value"] is not None:
+        figures.append(f"{chosen['metric']} {chosen['value']:.6g}")
+    where = f" ({', '.join(figures)})" if figures else ""
+    return f"checkpoint: {chosen['checkpoint']}{where}: {chosen['path']}"

@@ -131,6 +131,10 @@ class Task(ExportTask):
     def check_setup(self, setup):
         """Refuses a FinetuneSetup this task cannot run (UserError naming the flags)."""
 
+    def check_files(self, setup):
+        """Refuses, from what is cheap to read (a header line), a FinetuneSetup's train_file or eval_file this task
+        cannot learn or evaluate from (UserError naming the file and the flag): before the run loads anything."""
+
     def rows_per_example(self, features):
         """Model rows per example (RACE: one per option)."""
         return 1

@@ -27,11 +27,20 @@ class SentenceTask(Task):
 
         columns = {k: v for k, v in (options.columns or {}).items() if options.labeled or k != "label"}
         examples, report = readers.read_examples(path, task=self.name, label_separator=options.label_separator,
-                                                 skip_bad_rows=options.skip_bad_rows, **columns)
+                                                 skip_bad_rows=options.skip_bad_rows, require_labels=options.labeled,
+                                                 **columns)
         features, feature_report = finetuning.classification_features(examples, tokenizer, max_seq_len,
                                                                       options.label_list,
                                                                       max_doc_len=options.max_doc_len)
         return TaskData(examples, features, {**report, **feature_report})
+
+    def check_files(self, setup):
+        """A training or eval file without a label column is refused from its first line (`readers.check_labels`)."""
+        from xlnet_tf.data import readers
+
+        for path in (setup.train_file, setup.eval_file):
+            if path:
+                readers.check_labels(path, **(setup.columns or {}))
 
     def recorded(self, setup, train):
         recorded = {"pairs": bool(train.report.get("pairs", 0))}
@@ -112,6 +121,8 @@ class Classification(SentenceTask):
     """One class of `num_labels` per text: softmax cross-entropy; accuracy, F1 and MCC."""
 
     name = "classification"
+    metric_names = ("accuracy", "f1", "macro_f1", "mcc")  # f1: two classes only (evaluation during training)
+    best_metric = "accuracy"
     named_labels = True
     example_methods = {"classification": "tensorflow/serving/classify"}
 
@@ -144,6 +155,8 @@ class Regression(SentenceTask):
     """One number per text: squared error; Pearson, Spearman and MSE."""
 
     name = "regression"
+    metric_names = ("pearson", "spearman", "mse")  # mse: lower is better
+    best_metric = "pearson"
     example_methods = {"regression": "tensorflow/serving/regress"}
 
     def head_model(self, config, run_options, dtype, document, head):

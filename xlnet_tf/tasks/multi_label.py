@@ -34,6 +34,8 @@ class MultiLabel(SentenceTask):
     """Labels [N, C] (1 for each of the example's labels): binary cross-entropy per label; micro / macro F1."""
 
     name = "multi-label"
+    metric_names = ("micro_f1", "macro_f1", "micro_precision", "micro_recall", "subset_accuracy")
+    best_metric = "micro_f1"
     named_labels = True
     per_example_labels = ("label_ids",)
     options = (COLUMNS, LABEL_OPTIONS)

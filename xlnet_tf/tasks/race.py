@@ -14,6 +14,8 @@ class Race(Task):
     read with memory. Metric: accuracy."""
 
     name = "race"
+    metric_names = ("accuracy",)
+    best_metric = "accuracy"
     packs = True
 
     def rows_per_example(self, features):

@@ -54,6 +54,8 @@ class Squad(Task):
     evaluation (exact match, F1; SQuAD 2.0's best null threshold)."""
 
     name = "squad"
+    metric_names = ("f1", "exact_match", "best_f1", "best_exact")
+    best_metric = "f1"
     inputs = ENCODER_INPUTS + ("p_mask", "cls_index")
     labels = ("start_positions", "end_positions", "is_impossible")
     left_padded = False

@@ -36,6 +36,8 @@ class TokenClassification(Task):
     position; seqeval's entity precision / recall / F1."""
 
     name = "token-classification"
+    metric_names = ("f1", "precision", "recall", "accuracy")  # entity-level, seqeval's; accuracy: words
+    best_metric = "f1"
     position_outputs = ("logits",)
     windows = "token classification reads long sentences"
     named_labels = True

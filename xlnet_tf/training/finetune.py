@@ -18,6 +18,7 @@ from xlnet_tf.tasks.base import ReadOptions, TaskData  # noqa: F401 (TaskData: i
 from xlnet_tf.tasks.multi_label import multi_label_decisions  # noqa: F401 (moved; importable from here, as before)
 from xlnet_tf.tasks.squad import squad_predictions  # noqa: F401 (moved; importable from here, as before)
 from xlnet_tf.tasks.token_classification import token_predictions  # noqa: F401 (moved; importable from here)
+from xlnet_tf.training.evaluation import EvalSchedule
 
 log = logging.getLogger(__name__)
 EVAL_FILE = "eval_results.json"
@@ -53,6 +54,8 @@ class FinetuneSetup:
     columns: classification, regression, multi-label: {"text_a" / "text_b" / "label": a TSV / CSV header name or
     JSONL key, or a column number} (`readers.read_examples`' arguments); recorded for evaluate and predict.
     skip_bad_rows: skip and count the bad rows (questions, sentences) of train_file and eval_file.
+    evaluation: evaluation during training (`evaluation.EvalSchedule`: --eval-every, --best-metric,
+    --early-stopping-patience); off by default.
     The options of one task (tag_column, label_separator, squad_head, columns, ...) are refused for another
     (`tasks.check_setup`).
     """
@@ -85,12 +88,14 @@ class FinetuneSetup:
     packing: str = "auto"
     columns: dict | None = None
     skip_bad_rows: bool = False
+    evaluation: EvalSchedule = EvalSchedule()
 
     def __post_init__(self):
         from xlnet_tf.data.packing import parse_mode
 
         object.__setattr__(self, "columns", self.columns or None)
         tasks.check_setup(self)
+        self.evaluation.check(self.task, self.eval_file)
         if self.doc_stride is not None and self.doc_stride < 1:
             raise UserError(f"--doc-stride must be at least 1, got {self.doc_stride}")
         object.__setattr__(self, "packing", parse_mode(self.packing))
@@ -271,6 +276,7 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
 
     # the settings recorded beside the SentencePiece model (a converted directory's), --lower-case over them
     task = tasks.get(setup.task)
+    task.check_files(setup)  # a file without labels is refused before the run (the eval file is read after it)
     recorded = read_tokenizer_settings(files.dirname(setup.spm_model))
     tokenizer = XLNetTokenizer(setup.spm_model, **tokenizer_settings(recorded, lower_case=setup.lower_case or None))
     train = load_task_data(setup.task, setup.train_file, tokenizer, setup.max_seq_len, is_training=True,
@@ -327,10 +333,30 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
 
     inputs = TaskInput(train.features, task.inputs + task.labels, setup.task, plan, packed)
     assert isinstance(options, TrainingOptions)
-    trainer = Trainer(strategy, build_model, task.loss(finetune_config), None, options, setup.model_dir, inputs=inputs)
+    hook = eval_data = None
+    if setup.evaluation.enabled:  # the eval file is read once, scored at every evaluation
+        from xlnet_tf.training.evaluation import DuringTraining
+
+        eval_data = read_eval_data(finetune_config, setup.eval_file, tokenizer, skip_bad_rows=setup.skip_bad_rows)
+        every = setup.evaluation.steps(rows, options.batch_size)
+
+        def score(model):
+            return evaluate_model(model, finetune_config, setup.eval_file, tokenizer, strategy=strategy, data=eval_data)
+
+        hook = DuringTraining(setup.model_dir, setup.task, setup.evaluation, every, score, setup.config)
+        log.info("evaluating %s every %d steps and at the last; the best by %s is kept in %s", setup.eval_file, every,
+                 hook.metric, files.join(setup.model_dir, tasks.BEST_DIR))
+    trainer = Trainer(strategy, build_model, task.loss(finetune_config), None, options, setup.model_dir, inputs=inputs,
+                      hook=hook)
+    if hook is not None and hook.exhausted:
+        log.warning("%s: an earlier run stopped early (%s): nothing to do", setup.model_dir,
+                    hook.state["stopped_early"]["why"] if "stopped_early" in hook.state else "patience")
+        return trainer, [], None
     records = trainer.train()
     results = None
-    if setup.eval_file and not trainer.stopped_by_signal:
+    if hook is not None and hook.state and not trainer.stopped_by_signal:
+        results = _results_of_best(trainer, hook, task, setup, finetune_config, eval_data, tokenizer, strategy)
+    elif setup.eval_file and not trainer.stopped_by_signal:
         if task.tunes(setup):  # multi-label's thresholds
             data, outputs = _infer(trainer.model, finetune_config, setup.eval_file, tokenizer, 32, strategy,
                                    skip_bad_rows=setup.skip_bad_rows)
@@ -340,6 +366,31 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
                                  skip_bad_rows=setup.skip_bad_rows)
         files.write_json(files.join(setup.model_dir, EVAL_FILE), results, sort_keys=False)
     return trainer, records, results
+
+
+def _results_of_best(trainer, hook, task, setup, finetune_config, eval_data, tokenizer, strategy):
+    """eval_results.json after evaluation during training (`DuringTraining.results`); a task that tunes (multi-label
+    thresholds) tunes them on the best model, whose metrics then count them."""
+    from xlnet_tf.heads import FINETUNE_FILE
+    from xlnet_tf.model import CHECKPOINT_PREFIX
+
+    results = hook.results()
+    if task.tunes(setup):
+        import tensorflow as tf
+
+        kept = trainer.model.get_weights()  # the last; put back after
+        status = tf.train.Checkpoint(model=trainer.model).read(files.join(setup.model_dir, tasks.BEST_DIR,
+                                                                          CHECKPOINT_PREFIX))
+        status.expect_partial()
+        data, outputs = _infer(trainer.model, finetune_config, setup.eval_file, tokenizer, 32, strategy, data=eval_data)
+        finetune_config.update(task.tune(data, outputs, setup.eval_file))
+        files.write_json(files.join(setup.model_dir, FINETUNE_FILE), finetune_config)
+        tuned = evaluate_model(trainer.model, finetune_config, setup.eval_file, tokenizer, strategy=strategy,
+                               data=eval_data)
+        trainer.model.set_weights(kept)
+        results = {**tuned, **{k: results[k] for k in ("step", "checkpoint", "metric", "last")}}
+    files.write_json(files.join(setup.model_dir, EVAL_FILE), results, sort_keys=False)
+    return results
 
 
 # -- inference ------------------------------------------------------------------------------------------------
@@ -497,12 +548,12 @@ def distributed_inference(model, strategy, batch_size):
     return cache[key]
 
 
-def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None, labeled=True, skip_bad_rows=False):
-    """(TaskData, model outputs) for a file, built as the fine-tuned model's config says (`labeled=False`:
-    a prediction input, for token classification its words only)."""
+def read_eval_data(finetune_config, path, tokenizer, labeled=True, skip_bad_rows=False):
+    """`TaskData` of a file read as the fine-tuned model's config says (`labeled=False`: a prediction input, for
+    token classification its words only)."""
     doc_len = config_doc_len(finetune_config)
     task = finetune_config["task"]
-    data = load_task_data(task, path, tokenizer, finetune_config["max_seq_len"],
+    return load_task_data(task, path, tokenizer, finetune_config["max_seq_len"],
                           label_list=finetune_config.get("label_names"),
                           doc_stride=finetune_config.get("doc_stride", tasks.get(task).default_doc_stride(
                               finetune_config["max_seq_len"])),
@@ -511,6 +562,13 @@ def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None, l
                           label_all_pieces=finetune_config.get("label_all_pieces", False), labeled=labeled,
                           label_separator=finetune_config.get("label_separator", ","),
                           columns=finetune_config.get("columns"), skip_bad_rows=skip_bad_rows)
+
+
+def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None, labeled=True, skip_bad_rows=False,
+           data=None):
+    """(TaskData, model outputs) for a file (`read_eval_data`; `data`: already read)."""
+    if data is None:
+        data = read_eval_data(finetune_config, path, tokenizer, labeled, skip_bad_rows)
     boundaries = finetune_config.get("bucket_boundaries")
     if boundaries is not None and boundaries[-1] != data.features["input_ids"].shape[-1]:  # buckets end at the rows
         boundaries = None
@@ -520,41 +578,103 @@ def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None, l
                            packed_width=packed["width"] if packed else None)
 
 
-def evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size=32, strategy=None, skip_bad_rows=False):
-    """Task metrics of `model` on `eval_file` (under `strategy`, when given: see `run_model`)."""
+def evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size=32, strategy=None, skip_bad_rows=False,
+                   data=None):
+    """Task metrics of `model` on `eval_file` (under `strategy`, when given: see `run_model`; `data`: the file
+    already read by `read_eval_data`)."""
     data, outputs = _infer(model, finetune_config, eval_file, tokenizer, batch_size, strategy,
-                           skip_bad_rows=skip_bad_rows)
+                           skip_bad_rows=skip_bad_rows, data=data)
     results = tasks.get(finetune_config["task"]).evaluate(data, outputs, finetune_config)
     results["examples"] = len(data.examples)
     return results
 
 
-def load_for_inference(model_dir, strategy=None):
+def load_for_inference(model_dir, strategy=None, checkpoint=None):
     """(model, finetune_config, tokenizer) of a fine-tuned directory; the model is built under `strategy`'s
-    scope when given (its variables on every replica)."""
+    scope when given (its variables on every replica); `checkpoint`: `tasks.choose_checkpoint`'s."""
     import contextlib
 
     from xlnet_tf.model import SPM_FILE
     from xlnet_tf.tokenization import XLNetTokenizer, tokenizer_settings
 
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        model, finetune_config = tasks.load_finetuned(model_dir, dropout=0.0, dropatt=0.0)
+        model, finetune_config = tasks.load_finetuned(model_dir, dropout=0.0, dropatt=0.0, checkpoint=checkpoint)
     tokenizer = XLNetTokenizer(files.join(model_dir, SPM_FILE), **tokenizer_settings(finetune_config))
     return model, finetune_config, tokenizer
 
 
-def evaluate(model_dir, eval_file, batch_size=32, strategy=None, skip_bad_rows=False):
+def evaluate(model_dir, eval_file, batch_size=32, strategy=None, skip_bad_rows=False, checkpoint=None):
     """`xlnet-tf evaluate`: metrics of a fine-tuned model directory on a labelled file (under `strategy`: see
-    `run_model`; `skip_bad_rows`: skip and count the file's bad rows)."""
-    model, finetune_config, tokenizer = load_for_inference(model_dir, strategy)
+    `run_model`; `skip_bad_rows`: skip and count the file's bad rows; `checkpoint`: `tasks.choose_checkpoint`'s)."""
+    model, finetune_config, tokenizer = load_for_inference(model_dir, strategy, checkpoint)
     return evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size, strategy, skip_bad_rows)
 
 
-def predict(model_dir, input_file, output_file, batch_size=32, strategy=None, skip_bad_rows=False):
+def predict(model_dir, input_file, output_file, batch_size=32, strategy=None, skip_bad_rows=False, checkpoint=None):
     """`xlnet-tf predict`: JSONL predictions; SQuAD writes the official {id: answer} JSON and, beside it,
     `<output>.null_odds.json` ({id: null score}, for SQuAD 2.0's threshold). Under `strategy`: see
-    `run_model`; `skip_bad_rows`: skip the input's bad rows, which then have no prediction)."""
-    model, finetune_config, tokenizer = load_for_inference(model_dir, strategy)
+    `run_model`; `skip_bad_rows`: skip the input's bad rows, which then have no prediction); `checkpoint`: as
+    `evaluate`'s."""
+    model, finetune_config, tokenizer = load_for_inference(model_dir, strategy, checkpoint)
     data, outputs = _infer(model, finetune_config, input_file, tokenizer, batch_size, strategy, labeled=False,
                            skip_bad_rows=skip_bad_rows)
     return tasks.get(finetune_config["task"]).write_predictions(output_file, data, outputs, finetune_config)
+
+
+def checkpoints_of(model_dir):
+    """[(name, checkpoint prefix, step)] of a fine-tuned directory: every checkpoint in checkpoints/ (oldest first),
+    then the best (MODEL_DIR/best) when there is one."""
+    import os
+
+    import tensorflow as tf
+
+    from xlnet_tf.model import CHECKPOINT_PREFIX
+    from xlnet_tf.tasks import BEST_DIR, read_best
+
+    found = []
+    state = tf.train.get_checkpoint_state(files.join(model_dir, "checkpoints"))
+    for prefix in (state.all_model_checkpoint_paths if state else []):
+        if not os.path.isabs(prefix) and "://" not in prefix:
+            prefix = files.join(model_dir, "checkpoints", prefix)
+        if files.exists(prefix + ".index"):
+            found.append((files.basename(prefix), prefix, int(prefix.rsplit("-", 1)[1])))
+    best = read_best(model_dir)
+    if best is not None:
+        found.append((BEST_DIR, files.join(model_dir, BEST_DIR, CHECKPOINT_PREFIX), int(best["step"])))
+    return found
+
+
+def evaluate_all_checkpoints(model_dir, eval_file, batch_size=32, strategy=None, skip_bad_rows=False,
+                             best_metric=None):
+    """`xlnet-tf evaluate --all-checkpoints`: the task's metrics of every checkpoint of a fine-tuned directory (the
+    eval file read once) -> {"checkpoints": [{"checkpoint", "path", "step", "metrics"}], "metric", "best"},
+    also written to MODEL_DIR/eval_all_checkpoints.json."""
+    import tensorflow as tf
+
+    from xlnet_tf.tasks import BEST_DIR
+    from xlnet_tf.training.evaluation import ALL_CHECKPOINTS_FILE, check_metric, higher_is_better, improves
+    from xlnet_tf.training.evaluation import metric_value
+
+    model, finetune_config, tokenizer = load_for_inference(model_dir, strategy)
+    task_name = finetune_config["task"]
+    metric = best_metric or tasks.get(task_name).best_metric
+    check_metric(task_name, metric)
+    higher = higher_is_better(metric)
+    listed = checkpoints_of(model_dir)
+    if not listed:
+        raise UserError(f"{model_dir}: no checkpoints (checkpoints/ or {BEST_DIR}/)")
+    data = read_eval_data(finetune_config, eval_file, tokenizer, skip_bad_rows=skip_bad_rows)
+    rows, best = [], None
+    for name, prefix, step in listed:
+        status = tf.train.Checkpoint(model=model).read(prefix)
+        status.assert_existing_objects_matched()
+        status.expect_partial()
+        metrics = evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size, strategy, data=data)
+        rows.append({"checkpoint": name, "path": prefix, "step": step, "metrics": metrics})
+        value = metric_value(metrics, metric)
+        if best is None or improves(value, best[1], higher):
+            best = (len(rows) - 1, value)
+    result = {"metric": metric, "higher_is_better": higher, "best": rows[best[0]]["checkpoint"],
+              "best_step": rows[best[0]]["step"], "best_value": best[1], "checkpoints": rows}
+    files.write_json(files.join(model_dir, ALL_CHECKPOINTS_FILE), result, sort_keys=False)
+    return result

@@ -132,12 +132,17 @@ class Trainer:
     `token_counts(first_step, end_step)` -> (real tokens, padded positions); fine-tuning's
     `finetune.TaskInput`, whose batches are tuples of parts (one per length stratum, each its own static
     shape): the model runs on each part and the loss sums over them. model_kwargs: extra keyword arguments of
-    every training call of the model (the pretrainer's `sequence_output=False`).
+    every training call of the model (the pretrainer's `sequence_output=False`). hook: called as
+    `hook(trainer, step, log)` (log: the run's `TrainingLog`) at every multiple of `hook.every` steps and at
+    the last step, after that step's checkpoint; compiled calls end at those steps. It returns True to stop the run
+    there (a checkpoint is saved; `stopped_early_at` is that step): fine-tuning's evaluation.
     """
 
     def __init__(self, strategy, build_model, loss_fn, dataset_fn, options: TrainingOptions, model_dir,
-                 tokens_per_example=None, model_kwargs=None, inputs=None):
+                 tokens_per_example=None, model_kwargs=None, inputs=None, hook=None):
         self.strategy = strategy
+        self.hook = hook
+        self.stopped_early_at = None
         self.model_kwargs = dict(model_kwargs or {})
         self.loss_fn = loss_fn
         self.inputs = inputs or SingleStream(dataset_fn, options.grad_accum_steps, tokens_per_example,
@@ -424,6 +429,8 @@ class Trainer:
             while step < options.train_steps and self._stop_signal is None:
                 count = min(options.steps_per_loop, options.train_steps - step,
                             options.save_every - step % options.save_every)
+                if self.hook is not None:
+                    count = min(count, self.hook.every - step % self.hook.every)
                 began, before = time.perf_counter(), step
                 loss, norm, finite, mems = self.run_steps(iterator, mems, count)
                 loss = float(loss)
@@ -452,8 +459,16 @@ class Trainer:
                 records.append(record)
                 summary.write(record)
                 # (A call whose steps were all skipped by loss scaling stays on its step: nothing new to save.)
-                if step > before and (step % options.save_every == 0 or step >= options.train_steps):
+                saved = step > before and (step % options.save_every == 0 or step >= options.train_steps)
+                if saved:
                     checkpoint()
+                if (self.hook is not None and step > before
+                        and (step % self.hook.every == 0 or step >= options.train_steps)
+                        and self.hook(self, step, summary)):
+                    if not saved:
+                        checkpoint()
+                    self.stopped_early_at = step
+                    break
             if self._stop_signal is not None:
                 checkpoint()
                 log.warning("stopped by signal %d at step %d; rerun the same command to resume", self._stop_signal, step)

@@ -61,6 +61,23 @@ class TrainingLog:
         else:
             log.info("step %d/%s %s", step, self.total_steps, text)
 
+    def write_eval(self, record):
+        """An evaluation during training: {"step", "eval": {metric: value}, "metric": the one that picks the best,
+        ...}: a line of the JSONL log and TensorBoard scalars eval/<metric>."""
+        if not self.enabled:
+            return
+        step = record["step"]
+        with self.writer.as_default(step=step):
+            for key, value in record["eval"].items():
+                tf.summary.scalar(f"eval/{key}", value)
+        self.lines.write(record)
+        text = f"eval at step {step}: {record['metric']} {record['eval'].get(record['metric'], float('nan')):.4f}"
+        text += " (best)" if record.get("best") else f" (best {record['best_value']:.4f} at step {record['best_step']})"
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            log.info("%s", text)
+
     def flush(self):
         """Makes everything written so far durable in the model directory (the trainer calls it at every
         checkpoint)."""
@@ -78,15 +95,20 @@ class TrainingLog:
         plot_training_curves(files.join(self.model_dir, LOG_FILE), files.join(self.model_dir, CURVE_FILE))
 
 
-def read_log(path):
-    """The records of a JSONL training log (any filesystem); [] when there is none."""
+def read_log(path, kind="train"):
+    """The records of a JSONL training log (any filesystem); [] when there is none. `kind`: "train" (one per host
+    call: step, loss, ...), "eval" (evaluations during fine-tuning: records with an "eval" key) or None (all)."""
     if not files.exists(path):
         return []
-    return [json.loads(line) for line in files.read_text(path).splitlines() if line.strip()]
+    records = [json.loads(line) for line in files.read_text(path).splitlines() if line.strip()]
+    if kind is None:
+        return records
+    return [r for r in records if ("eval" in r) == (kind == "eval")]
 
 
 def plot_training_curves(log_path, png_path, title="training"):
-    """Loss and learning rate against steps, from a JSONL training log, as a PNG (returns its path or None)."""
+    """Loss and learning rate against steps, from a JSONL training log, as a PNG (returns its path or None); with
+    evaluations during training, a third panel: the metric that picks the best, its best marked."""
     records = read_log(log_path)
     if not records:
         return None
@@ -94,7 +116,21 @@ def plot_training_curves(log_path, png_path, title="training"):
 
     plt = pyplot()
     steps = [r["step"] for r in records]
-    fig, (loss_ax, lr_ax) = plt.subplots(1, 2, figsize=(10, 3.5))
+    evals = [r for r in read_log(log_path, "eval") if r.get("metric") in r["eval"]]
+    fig, axes = plt.subplots(1, 3 if evals else 2, figsize=(15 if evals else 10, 3.5))
+    loss_ax, lr_ax = axes[:2]
+    if evals:
+        eval_ax, metric = axes[2], evals[-1]["metric"]
+        evals = [r for r in evals if r["metric"] == metric]
+        eval_ax.plot([r["step"] for r in evals], [r["eval"][metric] for r in evals], marker="o", color="tab:green")
+        best = evals[-1]
+        eval_ax.scatter([best["best_step"]], [best["best_value"]], s=120, facecolors="none", edgecolors="tab:red",
+                        label=f"best: step {best['best_step']}")
+        eval_ax.set_xlabel("step")
+        eval_ax.set_ylabel(metric)
+        eval_ax.set_title(f"eval {metric}")
+        eval_ax.legend(loc="best", fontsize=8)
+        eval_ax.grid(alpha=0.3)
     loss_ax.plot(steps, [r["loss"] for r in records], marker=".")
     loss_ax.set_xlabel("step")
     loss_ax.set_ylabel("loss")
