@@ -275,7 +275,8 @@ def _expectations(folder, output):
             folder / "exports/docs-bfloat16/1/assets.extra/xlnet_export.json")["precision"], "bfloat16")],
         "serving.md": [("Classify answer lines", lambda: len(re.findall(r"^\[0\] .*: (code|prose)", output,
                                                                          flags=re.M)), 1),
-                       ("REST predictions", lambda: '"predictions"' in output, True)],
+                       ("REST predictions", lambda: '"predictions"' in output, True),
+                       ("v2 infer outputs", lambda: '"outputs"' in output and '"probabilities"' in output, True)],
         "beam.md": [("Beam's records equal the records of tokenizer-and-data", lambda: _records(
             folder / "data-beam") == _records(folder / "data"), True)],
     }
