@@ -12,34 +12,15 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 
 import numpy as np
 import pytest
 
+from conftest import check, run_cli as run
 from xlnet_tf.cli import main
 
 WORDS = "alpha beta gamma delta epsilon zeta theta iota kappa lambda sigma omega stone cloud forest lamp".split()
 CONFIG = dict(n_token=400, d_model=32, n_layer=2, n_head=4, d_head=8, d_inner=48, ff_activation="gelu", untie_r=True)
-
-
-def say(text):
-    print(text, file=sys.__stdout__, flush=True)
-
-
-def check(label, value, bound, ok):
-    say(f"  CHECK {label}: {value} (bound: {bound}) -> {'ok' if ok else 'FAILED'}")
-    assert ok, f"{label}: {value} (bound: {bound})"
-
-
-def run(argv, capsys):
-    """(exit status, stdout, stderr) of `xlnet-tf ARGV` in this process."""
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")

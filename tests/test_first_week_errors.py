@@ -18,26 +18,16 @@ from __future__ import annotations
 
 import re
 import socket
-import sys
 import time
 
 import pytest
 
+from conftest import check, say
 from xlnet_tf.cli import main
 
 TEXTS = ["the movie was great", "what a terrible film", "it was fine I guess", "a wonderful story", "so boring",
          "not bad at all", "awful acting", "an average day"]
 SENTIMENTS = ["positive", "negative", "neutral", "positive", "negative", "positive", "negative", "neutral"]
-
-
-def say(text):
-    """Prints past capsys (whose capture each command's run reads and empties)."""
-    print(text, file=sys.__stdout__, flush=True)
-
-
-def check(label, value, bound, ok):
-    say(f"  CHECK {label}: {value} (bound: {bound}) -> {'ok' if ok else 'FAILED'}")
-    assert ok, f"{label}: {value} (bound: {bound})"
 
 
 def run(argv, capsys):
@@ -106,6 +96,27 @@ def test_label_column_with_another_name(tmp_path, capsys):
     examples, report = readers.read_examples(reviews, label="sentiment", require_labels=True)
     check("--label-column sentiment: labelled examples", (len(examples), report["labeled"]), "(8, True)",
           (len(examples), report["labeled"]) == (8, True))
+
+
+def test_max_seq_len_too_short_to_learn_from(tmp_path, capsys):
+    """--max-seq-len 4 for classification (2 pieces of text beside <sep> <cls>; it trained and scored chance) is
+    refused before anything is read, with the smallest useful value (8 pieces of text, `tasks.base.MIN_TEXT_PIECES`:
+    10 for one text, 11 for a pair); that value and above still pass the flag checks (a promise kept: 16 is in use)."""
+    from xlnet_tf.tasks.base import MIN_TEXT_PIECES
+    from xlnet_tf.training.finetune import FinetuneSetup
+
+    train = write_reviews(tmp_path / "train.csv", "text,label")
+    base = ["finetune", "--task", "classification", "--train-file", str(train), "--model-dir", str(tmp_path / "m"),
+            "--train-steps", "1", "--model-size", "tiny"]
+    useful = 2 + MIN_TEXT_PIECES
+    refused("finetune --max-seq-len 4", base + ["--max-seq-len", "4"], capsys, "--max-seq-len 4",
+            f"the smallest useful value is {useful}")
+    refused("finetune --max-seq-len 10 for a pair", base + ["--max-seq-len", str(useful), "--text-b-column", "b"],
+            capsys, "--max-seq-len", f"the smallest useful value is {useful + 1}")
+    for length in (useful, 16):
+        FinetuneSetup(task="classification", train_file=str(train), model_dir=str(tmp_path / "m"), config=None,
+                      run_options=None, spm_model=None, max_seq_len=length)
+    say(f"  --max-seq-len {useful} and 16 pass the flag checks (bound: no error)")
 
 
 def test_query_without_a_server(tmp_path, capsys):

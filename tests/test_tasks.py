@@ -88,6 +88,10 @@ REFUSED = [
     # The command line's check, now FinetuneSetup's (a Python caller's memory flags without --long-doc memory were
     # ignored, and mem_len > 0 crashed the first step).
     ("classification", {"mem_len": 64}, "--max-doc-len, --mem-len and --grad-segments need --long-doc memory"),
+    ("regression", {"label_names": "low,high"}, "--label-names are for --task classification and multi-label"),
+    ("token-classification", {"label_names": "O,B-X"}, "--label-names are for --task classification and multi-label"),
+    ("classification", {"label_names": "a,a"}, "--label-names gives the name 'a' twice (each label has one name): "
+     "'a,a'"),
     ("race", {"grad_segments": 1}, "--max-doc-len, --mem-len and --grad-segments need --long-doc memory"),
 ]
 
@@ -104,8 +108,11 @@ def test_finetune_setup_takes_its_own_options():
              setup("multi-label", label_separator=";", tune_thresholds=True, eval_file="dev").label_separator,
              setup("squad", squad_head="simple", max_answer_length=30).squad_head,
              setup("regression", columns={"label": "score"}).columns,
-             setup("classification", columns={}).columns]
-    check("options taken by their tasks", taken, [2, ";", "simple", {"label": "score"}, None])
+             setup("classification", columns={}).columns,
+             setup("classification", label_names="negative, positive").label_names,
+             setup("multi-label", label_names="1=b,0=a").label_names]
+    check("options taken by their tasks", taken, [2, ";", "simple", {"label": "score"}, None,
+                                                  ("negative", "positive"), {"1": "b", "0": "a"}])
 
 
 def test_converted_configs():

@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import re
 from typing import Callable
 
 from xlnet_tf.config import RECOMPUTE_MODES
@@ -161,6 +162,12 @@ def training_options(args, strategy, **extra):
         keep_checkpoints=args.keep_checkpoints, jit_compile=args.jit_compile, seed=args.seed,
         initial_loss_scale=args.initial_loss_scale, loss_scale_growth_steps=args.loss_scale_growth_steps, **extra,
     )
+
+
+def column(value):
+    """A column flag (--text-a-column, --label-column, --id-column, ...): a whole number is a column number, else a
+    name."""
+    return int(value) if re.fullmatch(r"-?\d+", value.strip()) else value
 
 
 def loss_summary(records, steps_per_loop):

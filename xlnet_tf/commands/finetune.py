@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import re
 
-from xlnet_tf.commands.common import Command, add_training_flags, loss_summary, start_run, training_options
+from xlnet_tf.commands.common import (Command, add_training_flags, column, loss_summary, start_run,
+                                      training_options)
 from xlnet_tf.errors import UserError
 
 
@@ -21,7 +21,7 @@ def _finetune(args):
 
     if (args.train_steps is None) == (args.epochs is None):
         raise UserError("give exactly one of --train-steps and --epochs")
-    columns = {key: _column(value) for key, value in (("text_a", args.text_a_column), ("text_b", args.text_b_column),
+    columns = {key: column(value) for key, value in (("text_a", args.text_a_column), ("text_b", args.text_b_column),
                                                       ("label", args.label_column)) if value is not None}
     setup = functools.partial(
         FinetuneSetup, task=args.task, train_file=args.train_file, eval_file=args.eval_file, model_dir=args.model_dir,
@@ -32,7 +32,7 @@ def _finetune(args):
         tag_column=args.tag_column, label_all_pieces=args.label_all_pieces, squad_head=args.squad_head,
         max_answer_length=args.max_answer_length, label_separator=args.label_separator,
         tune_thresholds=args.tune_thresholds, packing=args.packing, columns=columns or None,
-        skip_bad_rows=args.skip_bad_rows, evaluation=_eval_schedule(args),
+        skip_bad_rows=args.skip_bad_rows, label_names=args.label_names, evaluation=_eval_schedule(args),
     )
     probe = setup(config=None, spm_model=None, run_options=None)  # bad flags fail before any work (the task's too)
     parse_widths(args.bucket_boundaries, args.max_seq_len, probe.doc_len)
@@ -88,11 +88,6 @@ def _report_evaluation(trainer):
 
     print(f"best checkpoint: step {hook.state['step']}, {hook.metric} {hook.state['value']:.6g} "
           f"({files.join(hook.model_dir, tasks.BEST_DIR)}; export, evaluate and predict use it)")
-
-
-def _column(value):
-    """--text-a-column / --text-b-column / --label-column: a whole number is a column number, else a name."""
-    return int(value) if re.fullmatch(r"-?\d+", value.strip()) else value
 
 
 def _with_steps(args, steps):
@@ -198,6 +193,15 @@ def add_finetune_arguments(parser):
                               help=f"classification, regression, multi-label: the TSV / CSV column (its header's name, "
                                    f"or its number, 0 = first, in a file without a header row) or JSONL key of the "
                                    f"{part.replace('-', ' ')} (default: {default}); recorded for evaluate and predict")
+    parser.add_argument("--label-names", metavar="NAME,NAME,...|VALUE=NAME,...",
+                        help="classification, multi-label: names for the training file's label values, which "
+                             "predict, evaluate, export and the server then give: NAME,NAME,... in the values' order "
+                             "(numeric when all are whole numbers, else as text: for a file of 0 / 1 labels, "
+                             "negative,positive names 0 negative and 1 positive), or VALUE=NAME,... "
+                             "(0=negative,1=positive); a different name for each value of the file, no name "
+                             "holding ',' (nor '=' in the first form). Recorded (label_names; the file's values as "
+                             "label_values, so evaluate reads files of either). Labels that are names already need "
+                             "none")
     parser.add_argument("--skip-bad-rows", action="store_true", help="skip bad rows (questions, sentences) of "
                           "--train-file and --eval-file, each logged with its line, instead of stopping at the first")
     parser.add_argument("--tag-column", type=int, default=-1,

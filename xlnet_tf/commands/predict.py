@@ -21,8 +21,11 @@ def _predict(args):
         _, line = checkpoint_used(args.model_dir, args.checkpoint)
         if line:
             print(line)
+        from xlnet_tf.commands.common import column
+
         count = predict(args.model_dir, args.input, args.output, args.batch_size, distribution_strategy(args),
-                        skip_bad_rows=args.skip_bad_rows, checkpoint=args.checkpoint)
+                        skip_bad_rows=args.skip_bad_rows, checkpoint=args.checkpoint,
+                        id_column=None if args.id_column is None else column(args.id_column))
         print(f"wrote {count} predictions to {args.output}")
         return
     if args.checkpoint:
@@ -36,7 +39,7 @@ def _predict(args):
 
         predict_beam(args.export_dir, args.input, args.output, pipeline_options(args.runner or "DirectRunner",
                                                                                 args.beam_args),
-                     batch_size=args.batch_size, input_format=args.input_format)
+                     batch_size=args.batch_size, input_format=args.input_format, id_column=args.id_column)
 
 
 def add_predict_arguments(parser):
@@ -55,8 +58,12 @@ def add_predict_arguments(parser):
                               "(predictions) and PREFIX-dead-letter-SSSSS-of-NNNNN.jsonl")
     parser.add_argument("--batch-size", type=int, default=32, help="rows per model call (--export-dir: at most)")
     parser.add_argument("--skip-bad-rows", action="store_true", help="--model-dir: skip bad rows (questions, "
-                         "sentences) of --input, each logged with its line; they get no prediction (--export-dir: "
-                         "bad rows always go to the dead letters)")
+                         "sentences) of --input, each logged with its line; each gets an output line with its "
+                         "\"error\" instead of a prediction (--export-dir: bad rows always go to the dead letters)")
+    parser.add_argument("--id-column", metavar="NAME|N",
+                        help="the input rows' id column (a TSV / CSV header name or JSONL key; --model-dir: a "
+                             "column number for a file without a header row), copied to each output line as "
+                             "\"id\"; default: a column named id, else one named guid, when there is one")
     parser.add_argument("--input-format", choices=["jsonl", "tsv", "csv", "tfrecord"],
                          help="--export-dir: the format of every input file (default: from each extension)")
     parser.add_argument("--checkpoint", metavar="best|last|PATH", help="--model-dir: " + CHECKPOINT_HELP)

@@ -7,6 +7,7 @@ become label ids (`encode`); the sentence tasks each read one (xlnet_tf.tasks), 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -22,6 +23,71 @@ def sorted_labels(labels):
         return sorted(labels, key=int)
     except ValueError:
         return sorted(labels)
+
+
+def parse_label_names(given):
+    """--label-names: "NAME,NAME,..." (the names of a training file's label values in id order, `sorted_labels`)
+    or "VALUE=NAME,VALUE=NAME,..." (from a Python caller also a list of names or a {value: name} dict) -> a tuple
+    of names or a {value: name} dict. UserError for an empty or repeated name or value, or a mix of the forms."""
+    if isinstance(given, str):
+        items = [item.strip() for item in given.split(",")]
+        pairs = ["=" in item for item in items]
+        if any(pairs) and not all(pairs):
+            raise UserError(f"--label-names takes NAME,NAME,... or VALUE=NAME,VALUE=NAME,..., not a mix: {given!r}")
+        given = [tuple(part.strip() for part in item.split("=", 1)) for item in items] if all(pairs) else items
+    elif isinstance(given, dict):
+        given = [(str(value).strip(), str(name).strip()) for value, name in given.items()]
+    else:
+        given = [str(name).strip() for name in given]
+    pairs = bool(given) and isinstance(given[0], tuple)
+    names = [item[1] for item in given] if pairs else given
+    if not names or "" in names or (pairs and "" in dict(given)):
+        raise UserError(f"--label-names has an empty name or value: {given_text(given)!r}")
+    for what, words in (("value", [item[0] for item in given] if pairs else []), ("name", names)):
+        repeated = [word for k, word in enumerate(words) if word in words[:k]]
+        if repeated:
+            raise UserError(f"--label-names gives the {what} {repeated[0]!r} twice (each label has one name): "
+                            f"{given_text(given)!r}")
+    return dict(given) if pairs else tuple(names)
+
+
+def given_text(given):
+    """`parse_label_names`' items as the flag writes them."""
+    return ",".join("=".join(item) if isinstance(item, tuple) else item for item in given)
+
+
+def name_labels(values, given, source):
+    """The names of `values` (the label strings of `source`, a training file, in id order) by `parse_label_names`'
+    `given`, in the same order. UserError naming --label-names and the file's values for a count that does not
+    match, a value the file does not have, or a name that is another label's value."""
+    listed = f"the {len(values)} label values of {source}: {', '.join(values)}"
+    if isinstance(given, dict):
+        unknown = [value for value in given if value not in values]
+        if unknown:
+            raise UserError(f"--label-names names the value {unknown[0]!r}, which is not among {listed}")
+        names = [given.get(value) for value in values]
+    else:
+        names = list(given)
+    if len(given) != len(values):
+        written = given_text(given.items() if isinstance(given, dict) else given)
+        raise UserError(f"--label-names gives {len(given)} name{'s' * (len(given) != 1)} ({written}) for {listed}")
+    for value, name in zip(values, names):
+        if name in values and name != value:
+            raise UserError(f"--label-names names the value {value!r} {name!r}, another label's value among {listed}")
+    return names
+
+
+def renamed(examples, values, names):
+    """`examples` (`TextExample`s) with each label (each label of a set) that is one of `values` read as the name at
+    its place in `names` (--label-names); the others, names already, unchanged. `values` None: `examples`."""
+    if not values:
+        return examples
+    rename = dict(zip(values, names))
+
+    def name(label):
+        return tuple(rename.get(x, x) for x in label) if isinstance(label, tuple) else rename.get(label, label)
+
+    return [dataclasses.replace(e, label=name(e.label)) if e.label is not None else e for e in examples]
 
 
 class LabelKind:

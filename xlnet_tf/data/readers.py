@@ -40,6 +40,22 @@ def skip_hint(what):
 
 
 SKIP_ROWS, SKIP_QUESTIONS, SKIP_IT = skip_hint("such rows"), skip_hint("such questions"), skip_hint("it")
+ID_COLUMNS = ("id", "guid")  # an input's id column when none is named (predict --id-column)
+InputRow = collections.namedtuple("InputRow", "line id error")
+InputRow.__doc__ = """One row of an input file, in file order (blank lines and a header are not rows): ``line``
+where it starts (from 1; None for RACE questions), ``id`` (its id column's value; None: none or unreadable) and
+``error`` (why a skipped row was skipped; None for a row read)."""
+
+
+def id_key(names, given=None):
+    """The id column of a row with these header names or JSON keys: `given`, else the first of ID_COLUMNS
+    present, else None."""
+    return given if given is not None else next((name for name in ID_COLUMNS if name in names), None)
+
+
+def id_value(value):
+    """A row's id as predict writes it: a string or a number as it is, else None."""
+    return value if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
 
 
 def warn_skipped(path, bad, what="rows", where="lines "):
@@ -427,7 +443,7 @@ def _resolve_columns(path, first, glue_task, text_a, text_b, label, has_header):
 
 
 def read_examples(path, task="classification", text_a=None, text_b=None, label=None, *, glue_task=None,
-                  has_header=None, skip_bad_rows=False, label_separator=",", require_labels=False):
+                  has_header=None, skip_bad_rows=False, label_separator=",", require_labels=False, id_column=None):
     """Read a classification or regression file into ``TextExample``s.
 
     Format by extension: ``.tsv`` (no quote processing, like GLUE), ``.csv`` (double-quote quoting),
@@ -455,9 +471,12 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
         instead of raising; they are counted in the report with their line numbers.
       require_labels: a file without a label column (or key) is refused at its first line (training and
         evaluation files), naming its columns; else it is read without labels (prediction input).
+      id_column: the rows' id column (a header name or JSON key; a column number for a file without a header
+        row); default: a column named ``id`` or ``guid`` (``ID_COLUMNS``) when the file has one.
     Returns:
       ``(examples, report)``; report keys: ``file``, ``format``, ``layout``, ``header``, ``labeled``,
-      ``label_list`` (GLUE's, else ``None``), ``examples``, ``skipped``, ``skipped_lines``, ``skipped_reasons``.
+      ``label_list`` (GLUE's, else ``None``), ``examples``, ``skipped``, ``skipped_lines``, ``skipped_reasons``,
+      ``rows`` (an ``InputRow`` per row, read or skipped, in file order), ``id_column`` (None: no ids).
     Raises:
       UserError naming the file (and line) for a missing or empty file, a bad header, or a bad row.
     """
@@ -465,16 +484,18 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
     path = os.fspath(path)
     fmt = _format_of(path)
     raw = read_file_bytes(path)
-    examples, bad = [], []
+    examples, bad, rows = [], [], []
+    row_id, ids = None, id_column  # the id of the row being read; the id column (JSONL: the first found)
 
     def reject(line, reason, *more):
         if not skip_bad_rows:
             raise UserError(f"{path}, line {line}: {reason}", SKIP_ROWS, ".", *more)
         bad.append((line, reason))
+        rows.append(InputRow(line, row_id, reason))
 
     if fmt == "jsonl":
         if glue_task is not None or any(isinstance(s, int) and not isinstance(s, bool)
-                                        for s in (text_a, text_b, label)):
+                                        for s in (text_a, text_b, label, id_column)):
             raise UserError(f"{path}: JSON lines files are read by key names",
                             Spelling(" (text_a=, text_b=, label=)", " (--text-a-column, --text-b-column, "
                                      "--label-column)"), ".")
@@ -482,9 +503,13 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
         key_label = None if label is False else (label or "label")
         labeled = None if label is None else key_label is not None  # decided by the first object if auto
         for line, obj, reason in jsonl_records(raw):
+            row_id = None
             if reason:
                 reject(line, reason)
                 continue
+            key_id = id_key(obj, id_column)
+            ids = ids if ids is not None or key_id not in obj else key_id
+            row_id = id_value(obj.get(key_id))
             key_a, reason = _text_column(list(obj), text_a, "field")
             if reason:
                 reject(line, reason, KEY_HINT)
@@ -511,6 +536,7 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
                     reject(line, reason)
                     continue
             examples.append(TextExample(a, b, value, f"{path}:{line}"))
+            rows.append(InputRow(line, row_id, None))
         layout, header, label_list = "jsonl", False, None
     else:
         records = _delimited_records(raw, fmt)
@@ -522,8 +548,11 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
                 cols = _resolve_columns(path, row, glue_task, text_a, text_b, label, has_header)
                 if require_labels and cols.label is None:
                     raise _no_labels(path, line, row if cols.header else None, _used_names(row, cols))
+                id_index = _id_index(path, row if cols.header else None, len(row), id_column)
+                ids = None if id_index is None else (row[id_index].strip() if cols.header else id_index)
                 if cols.header:
                     continue
+            row_id = row[id_index] if id_index is not None and row is not None and id_index < len(row) else None
             if reason:
                 reject(line, reason)
                 continue
@@ -538,6 +567,7 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
                     continue
             b = None if cols.text_b is None else row[cols.text_b]
             examples.append(TextExample(row[cols.text_a], b, value, f"{path}:{line}"))
+            rows.append(InputRow(line, row_id, None))
         if cols is None:
             raise UserError(f"{path}: file is empty.")
         layout, header, label_list = cols.layout, cols.header, cols.label_list
@@ -551,8 +581,27 @@ def read_examples(path, task="classification", text_a=None, text_b=None, label=N
     warn_skipped(path, [b[0] for b in bad])
     report = dict(file=path, format=fmt, layout=layout, header=header, labeled=bool(labeled),
                   label_list=None if label_list is None else list(label_list), examples=len(examples),
-                  skipped=len(bad), skipped_lines=[b[0] for b in bad], skipped_reasons=[b[1] for b in bad])
+                  skipped=len(bad), skipped_lines=[b[0] for b in bad], skipped_reasons=[b[1] for b in bad],
+                  rows=rows, id_column=ids)
     return examples, report
+
+
+def _id_index(path, header, n_columns, id_column):
+    """The id column's number in a TSV / CSV file (`header`: its header row's names, None without one), or None."""
+    if isinstance(id_column, int) and not isinstance(id_column, bool):
+        if not -n_columns <= id_column < n_columns:
+            raise UserError(f"{path}, line 1: id column {id_column} does not exist (the row has {n_columns} columns).")
+        return id_column % n_columns
+    if header is None:
+        if id_column is not None:
+            raise UserError(f"{path}: the id column {id_column!r} is named, but the file has no header row; give its "
+                            "number.")
+        return None
+    names = [name.strip() for name in header]
+    name = id_key(names, id_column)
+    if name is not None and name not in names:
+        raise UserError(f"{path}, line 1: no column named {name!r} (for the ids) in the header {names}.")
+    return None if name is None else names.index(name)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -675,18 +724,20 @@ def read_race(path_or_dir, num_choices=4, skip_bad_rows=False):
       skip_bad_rows: skip malformed files / questions (counted in the report) instead of raising.
     Returns:
       ``(examples, report)``; report: ``files``, ``examples``, ``cloze`` (questions with ``_``),
-      ``skipped``, ``skipped_items``.
+      ``skipped``, ``skipped_items``, ``rows`` (an ``InputRow`` per question read or skipped, and per file
+      skipped whole, in order), ``id_column`` ("id": every row has one, FILEID-N, but a file skipped whole).
     Raises:
       UserError naming the file (and line for bad JSON, question number for a bad question).
     """
     path_or_dir = os.fspath(path_or_dir)
-    examples, bad = [], []
+    examples, bad, rows = [], [], []
     files = _race_files(path_or_dir)
 
-    def reject(where, reason):
+    def reject(where, reason, row_id=None):
         if not skip_bad_rows:
             raise UserError(f"{where}: {reason}", SKIP_IT, ".")
         bad.append(f"{where}: {reason}")
+        rows.append(InputRow(None, row_id, bad[-1]))
 
     for path in files:
         try:
@@ -695,6 +746,7 @@ def read_race(path_or_dir, num_choices=4, skip_bad_rows=False):
             if not skip_bad_rows:
                 raise
             bad.append(str(err))
+            rows.append(InputRow(None, None, bad[-1]))
             continue
         keys = ("article", "questions", "options")
         if not (isinstance(data, dict) and isinstance(data.get("article"), str)
@@ -712,24 +764,26 @@ def read_race(path_or_dir, num_choices=4, skip_bad_rows=False):
             where = f"{path}: question {i + 1}"
             question, options = data["questions"][i], data["options"][i]
             if not isinstance(question, str):
-                reject(where, "the question is not a string")
+                reject(where, "the question is not a string", f"{file_id}-{i}")
                 continue
             if not (isinstance(options, list) and len(options) == num_choices
                     and all(isinstance(o, str) for o in options)):
-                reject(where, f"needs {num_choices} string options")
+                reject(where, f"needs {num_choices} string options", f"{file_id}-{i}")
                 continue
             label = None
             if answers is not None:
                 ans = answers[i]
                 if not (isinstance(ans, str) and len(ans) == 1 and 0 <= ord(ans) - ord("A") < num_choices):
-                    reject(where, f"answer {ans!r} is not one of A..{chr(ord('A') + num_choices - 1)}")
+                    reject(where, f"answer {ans!r} is not one of A..{chr(ord('A') + num_choices - 1)}",
+                           f"{file_id}-{i}")
                     continue
                 label = ord(ans) - ord("A")
             examples.append(RaceExample(data["article"], question, list(options), label,
                                         f"{file_id}-{i}", where))
+            rows.append(InputRow(None, f"{file_id}-{i}", None))
     if not examples:
         raise UserError(f"{path_or_dir}: no RACE questions" + (f" left after skipping {len(bad)}." if bad else "."))
     warn_skipped(path_or_dir, bad, "questions", "")
     report = dict(files=len(files), examples=len(examples), cloze=sum("_" in e.question for e in examples),
-                  skipped=len(bad), skipped_items=bad)
+                  skipped=len(bad), skipped_items=bad, rows=rows, id_column="id")
     return examples, report

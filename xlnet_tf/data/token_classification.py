@@ -53,7 +53,8 @@ from typing import List, Optional
 import numpy as np
 
 from xlnet_tf.data.labels import IGNORE
-from xlnet_tf.data.readers import jsonl_records, read_file_bytes, skip_hint, split_lines, warn_skipped
+from xlnet_tf.data.readers import (InputRow, id_key, id_value, jsonl_records, read_file_bytes, skip_hint, split_lines,
+                                   warn_skipped)
 from xlnet_tf.errors import Spelling, UserError
 from xlnet_tf.metrics import entity_chunks
 
@@ -81,15 +82,24 @@ class TokenExample:
 
 
 class _Collector:
-    """Examples and skipped items of one file; ``reject`` raises unless ``skip_bad_rows``."""
+    """Examples and skipped items of one file; ``reject`` raises unless ``skip_bad_rows``; ``rows``: a
+    ``readers.InputRow`` per sentence read (``add``) or skipped (``reject``; ``row=False``: the caller adds it),
+    with ``row_id``, the id of the sentence being read; ``ids``: the file's id key (None: no ids)."""
 
     def __init__(self, path, skip_bad_rows):
-        self.path, self.skip, self.examples, self.bad = path, skip_bad_rows, [], []
+        self.path, self.skip, self.examples, self.bad, self.rows = path, skip_bad_rows, [], [], []
+        self.row_id = self.ids = None
 
-    def reject(self, line, reason):
+    def reject(self, line, reason, row=True):
         if not self.skip:
             raise UserError(f"{self.path}, line {line}: {reason}", SKIP_SENTENCES, ".")
         self.bad.append((line, reason))
+        if row:
+            self.rows.append(InputRow(line, self.row_id, reason))
+
+    def add(self, example, line):
+        self.examples.append(example)
+        self.rows.append(InputRow(line, self.row_id, None))
 
     def report(self, fmt, labeled, **extra):
         if not self.examples:
@@ -98,7 +108,8 @@ class _Collector:
         warn_skipped(self.path, [b[0] for b in self.bad], "sentences")
         return dict(file=self.path, format=fmt, labeled=bool(labeled), sentences=len(self.examples),
                     words=sum(len(e.words) for e in self.examples), **extra, skipped=len(self.bad),
-                    skipped_lines=[b[0] for b in self.bad], skipped_reasons=[b[1] for b in self.bad])
+                    skipped_lines=[b[0] for b in self.bad], skipped_reasons=[b[1] for b in self.bad],
+                    rows=self.rows, id_column=self.ids)
 
 
 def _column(path, line, which, value, n):
@@ -124,7 +135,9 @@ def read_conll(path, tag_column=-1, *, word_column=0, skip_bad_rows=False):
       skip_bad_rows: skip sentences with a bad line (counted in the report) instead of raising.
     Returns:
       ``(examples, report)``; report: ``file``, ``format`` ("conll"), ``labeled``, ``sentences``, ``words``,
-      ``columns``, ``docstarts``, ``skipped``, ``skipped_lines``, ``skipped_reasons``.
+      ``columns``, ``docstarts``, ``skipped``, ``skipped_lines``, ``skipped_reasons``, ``rows`` (a
+      ``readers.InputRow`` per sentence from its first line; a skipped one with its first bad line's reason),
+      ``id_column`` (None).
     Raises:
       UserError naming the file and line: not UTF-8, a line with another number of columns, a missing column.
     """
@@ -136,16 +149,23 @@ def read_conll(path, tag_column=-1, *, word_column=0, skip_bad_rows=False):
 
     def finish():
         nonlocal words, tags, start, broken
-        if start is not None and not broken:
-            out.examples.append(TokenExample(words, tags if tag_column is not None else None, f"{path}:{start}"))
+        if start is not None and broken:
+            out.rows.append(InputRow(start, None, broken))
+        elif start is not None:
+            out.add(TokenExample(words, tags if tag_column is not None else None, f"{path}:{start}"), start)
         words, tags, start, broken = [], [], None, False
+
+    def reject(i, reason):  # a bad line spoils its sentence: one row, with the first bad line's reason
+        nonlocal start, broken
+        out.reject(i, reason, row=False)
+        start = i if start is None else start
+        broken = broken or (reason if i == start else f"{reason} (line {i})")
 
     for i, raw_line in enumerate(split_lines(read_file_bytes(path)), 1):
         try:
             text = raw_line.decode("utf-8").strip(_ASCII_SPACE)
         except UnicodeDecodeError as err:
-            out.reject(i, f"not valid UTF-8 (byte 0x{raw_line[err.start]:02x})")
-            start, broken = i if start is None else start, True
+            reject(i, f"not valid UTF-8 (byte 0x{raw_line[err.start]:02x})")
             continue
         if not text:
             finish()
@@ -168,8 +188,7 @@ def read_conll(path, tag_column=-1, *, word_column=0, skip_bad_rows=False):
         if start is None:
             start = i
         if len(fields) != n_columns:
-            out.reject(i, f"expected {n_columns} columns (as on line {first_line}), found {len(fields)}")
-            broken = True
+            reject(i, f"expected {n_columns} columns (as on line {first_line}), found {len(fields)}")
             continue
         words.append(fields[w_col])
         if t_col is not None:
@@ -182,27 +201,32 @@ def _string_list(value, nonempty):
     return isinstance(value, list) and all(isinstance(v, str) and (v or not nonempty) for v in value)
 
 
-def read_token_jsonl(path, tokens_key="tokens", tags_key="tags", *, skip_bad_rows=False):
+def read_token_jsonl(path, tokens_key="tokens", tags_key="tags", *, skip_bad_rows=False, id_column=None):
     """Read a JSON-lines file of ``{"tokens": [...], "tags": [...]}`` objects, one sentence a line.
 
     Either every line has tags or none does (prediction input); the first good line decides. Tokens are
     strings (an empty one gets one ``<unk>`` piece), tags non-empty strings, as many as the tokens; other
-    keys are ignored; blank lines are skipped.
+    keys are ignored (``id_column``, default ``id`` or ``guid``: the sentence's id); blank lines are skipped.
 
     Returns:
       ``(examples, report)``; report: ``file``, ``format`` ("jsonl"), ``labeled``, ``sentences``, ``words``,
-      ``skipped``, ``skipped_lines``, ``skipped_reasons``.
+      ``skipped``, ``skipped_lines``, ``skipped_reasons``, ``rows`` (``readers.InputRow``s), ``id_column``.
     Raises:
       UserError naming the file and line: not UTF-8, not a JSON object, a missing key, tokens and tags of
       different lengths.
     """
     path = os.fspath(path)
     out = _Collector(path, skip_bad_rows)
+    out.ids = id_column
     labeled = first = None
     for line, obj, reason in jsonl_records(read_file_bytes(path)):
+        out.row_id = None
         if reason:
             out.reject(line, reason)
             continue
+        key_id = id_key(obj, id_column)
+        out.ids = out.ids if out.ids is not None or key_id not in obj else key_id
+        out.row_id = id_value(obj.get(key_id))
         tokens = obj.get(tokens_key)
         if tokens_key not in obj:
             out.reject(line, f"missing key {tokens_key!r}")
@@ -226,19 +250,24 @@ def read_token_jsonl(path, tokens_key="tokens", tags_key="tags", *, skip_bad_row
             if len(tags) != len(tokens):
                 out.reject(line, f"{len(tokens)} {tokens_key} but {len(tags)} {tags_key}")
                 continue
-        out.examples.append(TokenExample(list(tokens), list(tags) if labeled else None, f"{path}:{line}"))
+        out.add(TokenExample(list(tokens), list(tags) if labeled else None, f"{path}:{line}"), line)
     return out.examples, out.report("jsonl", labeled)
 
 
 def read_token_examples(path, file_format=None, *, tag_column=-1, word_column=0, tokens_key="tokens",
-                        tags_key="tags", skip_bad_rows=False):
+                        tags_key="tags", skip_bad_rows=False, id_column=None):
     """``read_token_jsonl`` for ``.jsonl`` / ``.json`` / ``.ndjson`` files (or ``file_format="jsonl"``),
-    ``read_conll`` for any other (or ``file_format="conll"``), with their arguments."""
+    ``read_conll`` for any other (or ``file_format="conll"``; no ids: ``id_column`` is refused), with their
+    arguments."""
     if file_format is None:
         ext = os.path.splitext(os.fspath(path))[1].lower()
         file_format = "jsonl" if ext in (".jsonl", ".json", ".ndjson") else "conll"
+    if file_format == "jsonl" and isinstance(id_column, int):
+        raise UserError(f"{path}: JSON lines files are read by key names (--id-column {id_column} is a number).")
     if file_format == "jsonl":
-        return read_token_jsonl(path, tokens_key, tags_key, skip_bad_rows=skip_bad_rows)
+        return read_token_jsonl(path, tokens_key, tags_key, skip_bad_rows=skip_bad_rows, id_column=id_column)
+    if file_format == "conll" and id_column is not None:
+        raise UserError(f"{path}: a CoNLL file has no id column (--id-column {id_column} is for JSONL files).")
     if file_format == "conll":
         return read_conll(path, tag_column, word_column=word_column, skip_bad_rows=skip_bad_rows)
     raise UserError(f"Unknown token-classification file format {file_format!r}; expected 'conll' or 'jsonl'.")

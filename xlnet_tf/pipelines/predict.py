@@ -6,14 +6,17 @@ in parallel -> each file read into rows (JSONL, TSV, CSV, TFRecord of tf.train.E
 RunInference with ``ExportModelHandler`` (the export's ``serving_default`` on batches of rows) -> predictions
 and dead letters written as JSONL shards:
 
-* ``PREFIX-SSSSS-of-NNNNN.jsonl``: one object per predicted row, ``{"id": ..., <every serving_default output
-  of that row>}`` (arrays as nested lists, strings as str), in no particular order;
+* ``PREFIX-SSSSS-of-NNNNN.jsonl``: one object per predicted row, ``{"id": ..., "source": "FILE:LINE", "line": N,
+  <every serving_default output of that row>}`` (arrays as nested lists, strings as str; TFRecord:
+  ``"record": N`` instead of ``"line"``), in no particular order (sort by source file and line to follow the input);
 * ``PREFIX-dead-letter-SSSSS-of-NNNNN.jsonl``: one object per row that could not be predicted,
-  ``{"id", "source": "FILE:LINE", "reason", "row": the raw row, decoded with errors="replace"}``.
+  ``{"id", "source": "FILE:LINE", "line" (or "record"), "reason", "row": the raw row, decoded with
+  errors="replace"}``.
 
 Both outputs always exist (an empty output is one empty shard); shards an earlier run left under the same
-prefix are removed first. Every row gets an ``id``: its own ``id`` field
-(string or integer), else ``FILE:LINE`` (TFRecord: ``FILE:RECORD``, numbered from 1). Counters in the
+prefix are removed first. Every row gets an ``id``: its own id field (``--id-column``, default ``id``, else
+``guid``; a string or integer), else ``FILE:LINE`` (TFRecord: ``FILE:RECORD``, numbered from 1). A line is the
+file's line where the row starts, from 1 (a CSV record with a quoted multi-line field: its first line). Counters in the
 ``xlnet_tf`` namespace: ``rows_in`` (rows read), ``predicted``, ``failed`` (dead letters); rows_in = predicted +
 failed. Empty lines (JSONL: blank lines) are not rows, and a TSV / CSV file's first line is its header.
 
@@ -35,6 +38,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
+from xlnet_tf.data.readers import id_key
 from xlnet_tf.errors import UserError
 from xlnet_tf.pipelines.common import COUNTER_NAMESPACE, BeamFiles, counters, run
 
@@ -44,6 +48,7 @@ EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".tsv": "
               ".tfrecord": "tfrecord", ".tfrecords": "tfrecord"}
 DEAD = "dead_letters"
 COUNTER_NAMES = ("rows_in", "predicted", "failed")
+ROW_KEYS = ("id", "source", "line", "record")  # where a prediction's row is, beside serving_default's outputs
 
 _ROWS_IN = Metrics.counter(COUNTER_NAMESPACE, "rows_in")
 _PREDICTED = Metrics.counter(COUNTER_NAMESPACE, "predicted")
@@ -103,9 +108,10 @@ def serving_signature(export_dir, files=None):
                             f"(shape {shape}); batch prediction needs [B, ...] inputs")
         inputs[name] = (dtypes.as_dtype(info.dtype).name, shape)
     outputs = sorted(signature.outputs)
-    if "id" in outputs:
-        raise UserError(f"--export-dir {export_dir}: {SIGNATURE} has an output named 'id', which would hide the "
-                        "rows' ids in the predictions")
+    hidden = [name for name in ROW_KEYS if name in outputs]
+    if hidden:
+        raise UserError(f"--export-dir {export_dir}: {SIGNATURE} has an output named {hidden[0]!r}, which would hide "
+                        f"the rows' {hidden[0]} in the predictions")
     return inputs, outputs
 
 
@@ -270,25 +276,27 @@ def check_value(name, value, dtype, dims):
     return value
 
 
-def _usable_id(fields):
-    """The row's own id when it is a string or an integer, else None."""
-    value = fields.get("id")
+def _usable_id(fields, id_column=None):
+    """The row's own id (its ``id_column`` field, default ``readers.id_key``'s: id, else guid) when it is a string or
+    an integer, else None."""
+    value = fields.get(id_key(fields, id_column))
     return value if isinstance(value, (str, int)) and not isinstance(value, bool) else None
 
 
-def _check_id(value):
+def _check_id(value, name="id"):
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise BadRow(f"wrong type: field 'id' must be a string or an integer, got {_json_type(value)}")
+        raise BadRow(f"wrong type: field {name!r} must be a string or an integer, got {_json_type(value)}")
     return value
 
 
-def make_row(source, fields, raw, spec, columns_are_text=False):
+def make_row(source, fields, raw, spec, columns_are_text=False, id_column=None):
     """A row for RunInference: ``{"id", "source", "inputs": {name: value}, "row": raw text}`` from a record's
-    ``fields`` (name -> value); TSV / CSV columns (``columns_are_text``) hold non-string or list values as JSON.
-    Raises BadRow (missing field, wrong type)."""
-    row_id = _check_id(fields.get("id"))
+    ``fields`` (name -> value; the id from ``id_column``, see ``_usable_id``); TSV / CSV columns
+    (``columns_are_text``) hold non-string or list values as JSON. Raises BadRow (missing field, wrong type)."""
+    key = id_key(fields, id_column)
+    row_id = _check_id(fields.get(key), key)
     inputs = {}
     for name, (dtype, shape) in spec.items():
         if name not in fields:
@@ -512,8 +520,9 @@ def _example_text(data):
         return _raw_text(data)
 
 
-def _tfrecord_records(handle, spec):
-    """(number, raw, row fields or BadRow) per record of a TFRecord file of tf.train.Examples."""
+def _tfrecord_records(handle, spec, id_column=None):
+    """(number, raw, row fields or BadRow) per record of a TFRecord file of tf.train.Examples (the id: the
+    ``id_column`` feature, default ``readers.id_key``'s)."""
     from google.protobuf.message import DecodeError
     from tensorflow.core.example import example_pb2
 
@@ -528,34 +537,39 @@ def _tfrecord_records(handle, spec):
                 raise BadRow(f"not a tf.train.Example: {error}") from None
             features = example.features.feature
             fields = {name: None for name in features}  # the names, for a missing field's reason
-            if "id" in features:
-                kind = features["id"].WhichOneof("kind")
-                if kind not in ("bytes_list", "int64_list") or len(getattr(features["id"], kind).value) != 1:
-                    raise BadRow("wrong type: feature 'id' must hold one bytes or int64 value")
-                fields["id"] = _feature_values("id", features["id"], "string" if kind == "bytes_list" else "int64",
-                                               [])
+            key = id_key(features, id_column)
+            if key is not None and key in features:  # (a protobuf map refuses None as a key)
+                kind = features[key].WhichOneof("kind")
+                if kind not in ("bytes_list", "int64_list") or len(getattr(features[key], kind).value) != 1:
+                    raise BadRow(f"wrong type: feature {key!r} must hold one bytes or int64 value")
+                fields[key] = _feature_values(key, features[key], "string" if kind == "bytes_list" else "int64", [])
             for name, (dtype, shape) in spec.items():
                 if name in features:
                     try:
                         fields[name] = _feature_values(name, features[name], dtype, shape[1:])
                     except BadRow as bad:
-                        raise BadRow(str(bad), fields.get("id")) from None
+                        raise BadRow(str(bad), fields.get(key)) from None
             yield number, data, fields
         except BadRow as bad:
             yield number, data, bad
 
 
-def read_file(path, file_format, spec, files=None):
-    """Rows of one input file: yields ``("row", row)`` (see ``make_row``) or ``("dead", dead letter line)``.
+def read_file(path, file_format, spec, files=None, id_column=None):
+    """Rows of one input file: yields ``("row", row)`` (see ``make_row``; ``row["position"]``: ``{"line": N}``, TFRecord
+    ``{"record": N}``, from 1) or ``("dead", dead letter line)``.
 
     Args:
       path: the file (any filesystem Beam reads).
       file_format: ``jsonl``, ``tsv``, ``csv`` or ``tfrecord``.
       spec: serving_default's inputs, ``{name: (dtype name, shape)}`` (``serving_signature``).
+      id_column: the rows' id field (default: id, else guid).
     """
     files = files or BeamFiles()
     if file_format == "tfrecord":
-        records, as_text = _tfrecord_records, _example_text
+        def records(handle, spec):
+            return _tfrecord_records(handle, spec, id_column)
+
+        as_text = _example_text
     elif file_format == "jsonl":
         records, as_text = _jsonl_records, _raw_text
     else:
@@ -568,33 +582,36 @@ def read_file(path, file_format, spec, files=None):
     with files.open(path, "rb") as handle:
         for number, raw, fields in records(handle, spec):
             source = f"{path}:{number}"
+            position = {"record" if file_format == "tfrecord" else "line": number}
             row_id = source
             try:
                 if isinstance(fields, BadRow):
                     row_id = source if fields.row_id is None else fields.row_id
                     raise fields
-                row_id = _usable_id(fields)
+                row_id = _usable_id(fields, id_column)
                 row_id = source if row_id is None else row_id
-                yield "row", make_row(source, fields, as_text(raw), spec,
-                                      columns_are_text=file_format in ("tsv", "csv"))
+                row = make_row(source, fields, as_text(raw), spec, columns_are_text=file_format in ("tsv", "csv"),
+                               id_column=id_column)
+                yield "row", {**row, "position": position}
             except BadRow as bad:
-                yield "dead", dead_letter(row_id, source, str(bad), as_text(raw))
+                yield "dead", dead_letter(row_id, source, str(bad), as_text(raw), position)
 
 
-def dead_letter(row_id, source, reason, row):
-    """A dead letter's JSON line."""
-    return json.dumps({"id": row_id, "source": source, "reason": reason, "row": row}, ensure_ascii=False)
+def dead_letter(row_id, source, reason, row, position=None):
+    """A dead letter's JSON line (``position``: ``{"line": N}`` or ``{"record": N}``)."""
+    return json.dumps({"id": row_id, "source": source, **(position or {}), "reason": reason, "row": row},
+                      ensure_ascii=False)
 
 
 class _ReadRows(beam.DoFn):
     """(path, format) -> rows; dead letters on the DEAD output. Counts rows_in and failed."""
 
-    def __init__(self, spec):
-        self.spec = spec
+    def __init__(self, spec, id_column=None):
+        self.spec, self.id_column = spec, id_column
 
     def process(self, element):
         path, file_format = element
-        for kind, value in read_file(path, file_format, self.spec):
+        for kind, value in read_file(path, file_format, self.spec, id_column=self.id_column):
             _ROWS_IN.inc()
             if kind == "row":
                 yield value
@@ -612,10 +629,11 @@ class _SplitResults(beam.DoFn):
         if isinstance(result.inference, InferenceFailure):
             _FAILED.inc()
             yield beam.pvalue.TaggedOutput(DEAD, dead_letter(row["id"], row["source"], result.inference.reason,
-                                                             row["row"]))
+                                                             row["row"], row.get("position")))
         else:
             _PREDICTED.inc()
-            yield json.dumps({"id": row["id"], **result.inference}, ensure_ascii=False)
+            yield json.dumps({"id": row["id"], "source": row["source"], **row.get("position", {}), **result.inference},
+                             ensure_ascii=False)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -641,7 +659,7 @@ def input_files(input_pattern, input_format=None, files=None):
     return out
 
 
-def predict_beam(export_dir, input_pattern, output_prefix, options, batch_size=32, input_format=None):
+def predict_beam(export_dir, input_pattern, output_prefix, options, batch_size=32, input_format=None, id_column=None):
     """Batch prediction from an export as a Beam pipeline; returns the counters ``{rows_in, predicted, failed}``.
 
     Args:
@@ -651,6 +669,7 @@ def predict_beam(export_dir, input_pattern, output_prefix, options, batch_size=3
       options: Beam PipelineOptions (``xlnet_tf.pipelines.common.pipeline_options``).
       batch_size: the most rows per serving_default call.
       input_format: ``jsonl`` / ``tsv`` / ``csv`` / ``tfrecord`` for every file, else from each extension.
+      id_column: the rows' id field (default: id, else guid; without one a row's id is FILE:LINE).
     Raises:
       UserError: no saved_model.pb, no file matched, an unknown format, a bad batch size.
     """
@@ -676,7 +695,7 @@ def predict_beam(export_dir, input_pattern, output_prefix, options, batch_size=3
     rows = (pipeline
             | "Input files" >> beam.Create(paths)
             | "Spread files" >> beam.Reshuffle()
-            | "Read rows" >> beam.ParDo(_ReadRows(spec)).with_outputs(DEAD, main="rows"))
+            | "Read rows" >> beam.ParDo(_ReadRows(spec, id_column)).with_outputs(DEAD, main="rows"))
     results = (rows.rows
                | "Predict" >> RunInference(ExportModelHandler(export_dir, batch_size))
                | "Split" >> beam.ParDo(_SplitResults()).with_outputs(DEAD, main="predictions"))

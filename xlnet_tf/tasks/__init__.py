@@ -49,6 +49,16 @@ def check_setup(setup):
         if options not in task.options and options.given(setup):
             takers = [name for name, other in _TASKS.items() if options in other.options]
             raise UserError(f"{_listed(options.flags)} are for --task {_listed(takers)}")
+    if task.min_text_pieces:
+        specials = task.min_seq_len({}) - 1  # a row's special tokens: <sep> <cls>, and a pair's second <sep>
+        pair = bool((setup.columns or {}).get("text_b") is not None)
+        useful = specials + pair + task.min_text_pieces
+        if setup.max_seq_len < useful:
+            raise UserError(f"--max-seq-len {setup.max_seq_len} leaves {max(setup.max_seq_len - specials - pair, 0)} "
+                            f"pieces of text per row beside its special tokens, too few to learn from; the smallest "
+                            f"useful value is {useful} ({task.min_text_pieces} pieces of text; 128 is usual, and batches "
+                            f"are padded by length (--bucket-boundaries auto), so a larger value costs little on "
+                            f"short texts)")
     task.check_setup(setup)
 
 

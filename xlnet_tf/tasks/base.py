@@ -14,6 +14,9 @@ from xlnet_tf import files
 from xlnet_tf.config import ConfigError
 
 ENCODER_INPUTS = ("input_ids", "segment_ids", "padding_mask")
+# The fewest pieces of text a fine-tuning row of a text task is useful with: a --max-seq-len that leaves fewer
+# beside the row's special tokens is refused (`Task.min_text_pieces`, `tasks.check_setup`).
+MIN_TEXT_PIECES = 8
 # An export reads a SQuAD context, or a token-classification text, up to this many times max_seq_len pieces: it
 # reads every window of them, so the length of the text alone would bound what one request costs.
 WINDOWED_LENGTHS = 32
@@ -41,6 +44,7 @@ class ReadOptions:
     """How a file is read into `TaskData`; each task reads the fields it knows (see `Task.read`)."""
 
     label_list: list | None = None
+    label_values: list | None = None  # --label-names: the file values of label_list's names, read as those names
     is_training: bool = False
     doc_stride: int = 128
     max_query_len: int = 64
@@ -51,6 +55,7 @@ class ReadOptions:
     label_separator: str = ","
     columns: dict | None = None
     skip_bad_rows: bool = False
+    id_column: str | int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +68,23 @@ class TaskOptions:
 
     def given(self, setup):
         return any(getattr(setup, name) != default for name, default in self.defaults.items())
+
+
+def aligned_predictions(report, predictions):
+    """predict's output lines: one per input row (`report["rows"]`, `readers.InputRow`s in file order) with its
+    "row" (from 0), "line" (where it starts in the file, from 1), "id" (when the file has an id column; null:
+    unreadable) and its prediction's keys, or for a skipped row "error" (why). Without rows: `predictions`."""
+    rows = report.get("rows")
+    if rows is None:
+        return predictions
+    if sum(row.error is None for row in rows) != len(predictions):
+        raise RuntimeError(f"{len(predictions)} predictions for {sum(row.error is None for row in rows)} rows read")
+    answers, out = iter(predictions), []
+    for number, row in enumerate(rows):
+        where = {"row": number, **({} if row.line is None else {"line": row.line}),
+                 **({} if report.get("id_column") is None else {"id": row.id})}
+        out.append({**where, **(next(answers) if row.error is None else {"error": row.error})})
+    return out
 
 
 def softmax(logits):
@@ -113,6 +135,8 @@ class Task(ExportTask):
         --doc-stride windows); None: long documents are read with memory (--long-doc memory).
       named_labels: finetune_config records `num_labels` and `label_names`.
       options: the TaskOptions this task takes (other tasks refuse them).
+      reads_ids: predict's --id-column names its input's id column (`ReadOptions.id_column`).
+      min_text_pieces: the fewest pieces of text a row must hold for fine-tuning (0: not checked).
     """
 
     inputs = ENCODER_INPUTS
@@ -123,6 +147,8 @@ class Task(ExportTask):
     windows = None
     named_labels = False
     options = ()
+    reads_ids = False
+    min_text_pieces = 0
 
     def default_doc_stride(self, max_seq_len):
         """The window stride when none is given (SQuAD's 128 context tokens)."""
@@ -147,8 +173,14 @@ class Task(ExportTask):
         """What finetune_config.json records for this task besides the common keys (`train`: the TaskData)."""
         if not self.named_labels:
             return {}
-        labels = train.report["label_list"]
-        return {"num_labels": len(labels), "label_names": [str(label) for label in labels]}
+        labels = [str(label) for label in train.report["label_list"]]
+        if setup.label_names is None:
+            return {"num_labels": len(labels), "label_names": labels}
+        from xlnet_tf.data.labels import name_labels
+
+        # --label-names: the names, and the file's values (evaluate reads a file of either)
+        return {"num_labels": len(labels), "label_names": name_labels(labels, setup.label_names, setup.train_file),
+                "label_values": labels}
 
     def converted_config(self, max_seq_len, num_labels=None, label_names=None):
         """The finetune_config of a converted checkpoint's head of this task."""
@@ -184,9 +216,11 @@ class Task(ExportTask):
         raise NotImplementedError
 
     def write_predictions(self, path, data, outputs, finetune_config):
-        """Writes `xlnet-tf predict`'s output (JSONL, one row per example); returns the number of predictions."""
+        """Writes `xlnet-tf predict`'s output (JSONL, one line per input row: `aligned_predictions`); returns the
+        number of predictions."""
         rows = self.predictions(data, outputs, finetune_config)
-        files.write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+        lines = aligned_predictions(data.report, rows)
+        files.write_text(path, "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
         return len(rows)
 
     def tunes(self, setup):

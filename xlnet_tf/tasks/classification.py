@@ -2,10 +2,12 @@
 example, from the <cls> summary (`heads.XLNetForSequenceClassification`). `SentenceTask` is what they share
 (multi-label too); `CLASSIFICATION` (one class of num_labels) and `REGRESSION` (one number) are tasks."""
 
-from xlnet_tf.tasks.base import ENCODER_INPUTS, WARMUP_TEXTS, Task, TaskData, TaskOptions, softmax
+from xlnet_tf.tasks.base import ENCODER_INPUTS, MIN_TEXT_PIECES, WARMUP_TEXTS, Task, TaskData, TaskOptions, softmax
 
 # --text-a-column / --text-b-column / --label-column: FinetuneSetup.columns
 COLUMNS = TaskOptions(("--text-a-column", "--text-b-column", "--label-column"), {"columns": None})
+# --label-names: FinetuneSetup.label_names (names for the training file's label values)
+LABEL_NAMES = TaskOptions(("--label-names",), {"label_names": None})
 
 
 def label_names(finetune_config, count):
@@ -20,15 +22,18 @@ class SentenceTask(Task):
 
     packs = True
     options = (COLUMNS,)
+    reads_ids = True
+    min_text_pieces = MIN_TEXT_PIECES
     scores = "probabilities"  # the answer the Classify signature gives as every label's score
 
     def read(self, path, tokenizer, max_seq_len, options):
-        from xlnet_tf.data import finetuning, readers
+        from xlnet_tf.data import finetuning, labels, readers
 
         columns = {k: v for k, v in (options.columns or {}).items() if options.labeled or k != "label"}
         examples, report = readers.read_examples(path, task=self.name, label_separator=options.label_separator,
                                                  skip_bad_rows=options.skip_bad_rows, require_labels=options.labeled,
-                                                 **columns)
+                                                 id_column=options.id_column, **columns)
+        examples = labels.renamed(examples, options.label_values, options.label_list)
         features, feature_report = finetuning.classification_features(examples, tokenizer, max_seq_len,
                                                                       options.label_list,
                                                                       max_doc_len=options.max_doc_len)
@@ -124,6 +129,7 @@ class Classification(SentenceTask):
     metric_names = ("accuracy", "f1", "macro_f1", "mcc")  # f1: two classes only (evaluation during training)
     best_metric = "accuracy"
     named_labels = True
+    options = (COLUMNS, LABEL_NAMES)
     example_methods = {"classification": "tensorflow/serving/classify"}
 
     def loss(self, finetune_config):

@@ -6,7 +6,7 @@ import logging
 
 from xlnet_tf.errors import UserError
 from xlnet_tf.tasks.base import TaskOptions
-from xlnet_tf.tasks.classification import COLUMNS, SentenceTask, label_names
+from xlnet_tf.tasks.classification import COLUMNS, LABEL_NAMES, SentenceTask, label_names
 
 log = logging.getLogger(__name__)
 # --label-separator / --tune-thresholds: FinetuneSetup.label_separator, tune_thresholds
@@ -38,7 +38,7 @@ class MultiLabel(SentenceTask):
     best_metric = "micro_f1"
     named_labels = True
     per_example_labels = ("label_ids",)
-    options = (COLUMNS, LABEL_OPTIONS)
+    options = (COLUMNS, LABEL_OPTIONS, LABEL_NAMES)
     example_methods = {"classification": "tensorflow/serving/classify"}
     scores = "scores"
 

@@ -42,6 +42,7 @@ class TokenClassification(Task):
     windows = "token classification reads long sentences"
     named_labels = True
     options = (TAG_OPTIONS,)
+    reads_ids = True
 
     def default_doc_stride(self, max_seq_len):
         """Half a window's pieces."""
@@ -52,7 +53,7 @@ class TokenClassification(Task):
         from xlnet_tf.data import token_classification as tc
 
         examples, report = tc.read_token_examples(path, tag_column=options.tag_column if options.labeled else None,
-                                                  skip_bad_rows=options.skip_bad_rows)
+                                                  skip_bad_rows=options.skip_bad_rows, id_column=options.id_column)
         if not options.labeled:
             examples = [dataclasses.replace(e, tags=None) for e in examples]  # JSONL tags are not read either
         features, feature_report = tc.token_classification_features(

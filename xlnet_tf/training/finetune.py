@@ -54,6 +54,9 @@ class FinetuneSetup:
     columns: classification, regression, multi-label: {"text_a" / "text_b" / "label": a TSV / CSV header name or
     JSONL key, or a column number} (`readers.read_examples`' arguments); recorded for evaluate and predict.
     skip_bad_rows: skip and count the bad rows (questions, sentences) of train_file and eval_file.
+    label_names: classification, multi-label: names for train_file's label values (`labels.parse_label_names`:
+    "NAME,NAME,..." in the values' id order, or "VALUE=NAME,..."); recorded as label_names, the values as
+    label_values.
     evaluation: evaluation during training (`evaluation.EvalSchedule`: --eval-every, --best-metric,
     --early-stopping-patience); off by default.
     The options of one task (tag_column, label_separator, squad_head, columns, ...) are refused for another
@@ -88,13 +91,17 @@ class FinetuneSetup:
     packing: str = "auto"
     columns: dict | None = None
     skip_bad_rows: bool = False
+    label_names: object = None
     evaluation: EvalSchedule = EvalSchedule()
 
     def __post_init__(self):
+        from xlnet_tf.data.labels import parse_label_names
         from xlnet_tf.data.packing import parse_mode
 
         object.__setattr__(self, "columns", self.columns or None)
         tasks.check_setup(self)
+        if self.label_names is not None:
+            object.__setattr__(self, "label_names", parse_label_names(self.label_names))
         self.evaluation.check(self.task, self.eval_file)
         if self.doc_stride is not None and self.doc_stride < 1:
             raise UserError(f"--doc-stride must be at least 1, got {self.doc_stride}")
@@ -140,16 +147,18 @@ def config_doc_len(finetune_config):
 
 def load_task_data(task, path, tokenizer, max_seq_len, label_list=None, is_training=False, doc_stride=128,
                    max_query_len=64, max_doc_len=None, tag_column=-1, label_all_pieces=False, labeled=True,
-                   label_separator=",", columns=None, skip_bad_rows=False):
+                   label_separator=",", columns=None, skip_bad_rows=False, label_values=None, id_column=None):
     """Reads `path` for the task named `task` (`Task.read`) into `tasks.base.TaskData`: long documents of up to
     `max_doc_len` tokens in segments of max_seq_len for classification, regression and race. Token
     classification: `tag_column` of CoNLL files, `label_all_pieces`; `labeled=False` reads only the words
     (prediction input; a file's tags, if any, are not read). Multi-label: `label_separator`. `columns`:
-    `FinetuneSetup.columns` (`labeled=False`: its label column is not read); `skip_bad_rows`: as the readers'."""
-    options = ReadOptions(label_list=label_list, is_training=is_training, doc_stride=doc_stride,
-                          max_query_len=max_query_len, max_doc_len=max_doc_len, tag_column=tag_column,
-                          label_all_pieces=label_all_pieces, labeled=labeled, label_separator=label_separator,
-                          columns=columns, skip_bad_rows=skip_bad_rows)
+    `FinetuneSetup.columns` (`labeled=False`: its label column is not read); `skip_bad_rows`: as the readers'.
+    `label_values`: the file values of `label_list`'s names (--label-names), read as those names."""
+    options = ReadOptions(label_list=label_list, label_values=label_values, is_training=is_training,
+                          doc_stride=doc_stride, max_query_len=max_query_len, max_doc_len=max_doc_len,
+                          tag_column=tag_column, label_all_pieces=label_all_pieces, labeled=labeled,
+                          label_separator=label_separator, columns=columns, skip_bad_rows=skip_bad_rows,
+                          id_column=id_column)  # id_column: the input's ids (predict), as the readers'
     return tasks.get(task).read(path, tokenizer, max_seq_len, options)
 
 
@@ -548,27 +557,28 @@ def distributed_inference(model, strategy, batch_size):
     return cache[key]
 
 
-def read_eval_data(finetune_config, path, tokenizer, labeled=True, skip_bad_rows=False):
+def read_eval_data(finetune_config, path, tokenizer, labeled=True, skip_bad_rows=False, id_column=None):
     """`TaskData` of a file read as the fine-tuned model's config says (`labeled=False`: a prediction input, for
-    token classification its words only)."""
+    token classification its words only; `id_column`: its rows' id column, `readers.read_examples`')."""
     doc_len = config_doc_len(finetune_config)
     task = finetune_config["task"]
     return load_task_data(task, path, tokenizer, finetune_config["max_seq_len"],
                           label_list=finetune_config.get("label_names"),
+                          label_values=finetune_config.get("label_values"),
                           doc_stride=finetune_config.get("doc_stride", tasks.get(task).default_doc_stride(
                               finetune_config["max_seq_len"])),
                           max_query_len=finetune_config.get("max_query_len", 64), max_doc_len=doc_len,
                           tag_column=finetune_config.get("tag_column", -1),
                           label_all_pieces=finetune_config.get("label_all_pieces", False), labeled=labeled,
                           label_separator=finetune_config.get("label_separator", ","),
-                          columns=finetune_config.get("columns"), skip_bad_rows=skip_bad_rows)
+                          columns=finetune_config.get("columns"), skip_bad_rows=skip_bad_rows, id_column=id_column)
 
 
 def _infer(model, finetune_config, path, tokenizer, batch_size, strategy=None, labeled=True, skip_bad_rows=False,
-           data=None):
+           data=None, id_column=None):
     """(TaskData, model outputs) for a file (`read_eval_data`; `data`: already read)."""
     if data is None:
-        data = read_eval_data(finetune_config, path, tokenizer, labeled, skip_bad_rows)
+        data = read_eval_data(finetune_config, path, tokenizer, labeled, skip_bad_rows, id_column)
     boundaries = finetune_config.get("bucket_boundaries")
     if boundaries is not None and boundaries[-1] != data.features["input_ids"].shape[-1]:  # buckets end at the rows
         boundaries = None
@@ -610,15 +620,21 @@ def evaluate(model_dir, eval_file, batch_size=32, strategy=None, skip_bad_rows=F
     return evaluate_model(model, finetune_config, eval_file, tokenizer, batch_size, strategy, skip_bad_rows)
 
 
-def predict(model_dir, input_file, output_file, batch_size=32, strategy=None, skip_bad_rows=False, checkpoint=None):
-    """`xlnet-tf predict`: JSONL predictions; SQuAD writes the official {id: answer} JSON and, beside it,
-    `<output>.null_odds.json` ({id: null score}, for SQuAD 2.0's threshold). Under `strategy`: see
-    `run_model`; `skip_bad_rows`: skip the input's bad rows, which then have no prediction); `checkpoint`: as
-    `evaluate`'s."""
+def predict(model_dir, input_file, output_file, batch_size=32, strategy=None, skip_bad_rows=False, checkpoint=None,
+            id_column=None):
+    """`xlnet-tf predict`: JSONL predictions, one line per input row (`tasks.base.aligned_predictions`: its row,
+    line and id; a skipped row's error); SQuAD writes the official {id: answer} JSON and, beside it,
+    `<output>.null_odds.json` ({id: null score}, for SQuAD 2.0's threshold). Under `strategy`: see `run_model`;
+    `skip_bad_rows`: skip the input's bad rows (their lines say why); `checkpoint`: as `evaluate`'s; `id_column`:
+    the input's id column (default: one named id or guid)."""
+    task = tasks.get(tasks.read_finetune_config(model_dir)["task"])
+    if id_column is not None and not task.reads_ids:
+        raise UserError(f"--id-column is for inputs of rows (TSV / CSV / JSONL); {task.name} predictions carry "
+                        "their input's own ids")
     model, finetune_config, tokenizer = load_for_inference(model_dir, strategy, checkpoint)
     data, outputs = _infer(model, finetune_config, input_file, tokenizer, batch_size, strategy, labeled=False,
-                           skip_bad_rows=skip_bad_rows)
-    return tasks.get(finetune_config["task"]).write_predictions(output_file, data, outputs, finetune_config)
+                           skip_bad_rows=skip_bad_rows, id_column=id_column)
+    return task.write_predictions(output_file, data, outputs, finetune_config)
 
 
 def checkpoints_of(model_dir):
