@@ -182,6 +182,22 @@ def run_cli(argv, capsys):
     return code, out, err
 
 
+def refused(label, argv, capsys, *words):
+    """Runs `xlnet-tf ARGV` in this process as a user's mistake: exit status 2, one error line holding every one of
+    `words`, no traceback (each checked and printed with its bound) -> that line."""
+    began = time.monotonic()
+    code, out, err = run_cli(argv, capsys)
+    errors = [line for line in err.splitlines() if line.startswith("xlnet-tf ")]
+    line = errors[-1] if errors else "(no error line)"
+    say(f"{label} ({time.monotonic() - began:.1f} s): {line}")
+    check(f"{label}: exit status", code, "2", code == 2)
+    check(f"{label}: error lines", len(errors), "1", len(errors) == 1)
+    check(f"{label}: traceback", "Traceback" in out + err, "False", "Traceback" not in out + err)
+    check(f"{label}: words named", [w for w in words if w not in line], f"none missing of {list(words)}",
+          all(w in line for w in words))
+    return line
+
+
 def check_close(name, got, want, bound=1e-5):
     """Asserts max |got - want| <= bound, printing the figure with its bound."""
     diff = float(np.max(np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64)), initial=0.0))

@@ -22,8 +22,7 @@ import time
 
 import pytest
 
-from conftest import check, say
-from xlnet_tf.cli import main
+from conftest import check, refused, run_cli, say
 
 TEXTS = ["the movie was great", "what a terrible film", "it was fine I guess", "a wonderful story", "so boring",
          "not bad at all", "awful acting", "an average day"]
@@ -33,27 +32,7 @@ SENTIMENTS = ["positive", "negative", "neutral", "positive", "negative", "positi
 def run(argv, capsys):
     """(exit status, stdout, stderr, seconds) of `xlnet-tf ARGV` run in this process."""
     began = time.monotonic()
-    try:
-        code = main(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err, time.monotonic() - began
-
-
-def refused(label, argv, capsys, *words):
-    """Runs a command that must fail as a user's mistake: status 2, one error line holding `words`, no traceback
-    -> that line."""
-    code, out, err, seconds = run(argv, capsys)
-    errors = [line for line in err.splitlines() if line.startswith("xlnet-tf ")]
-    line = errors[-1] if errors else "(no error line)"
-    say(f"{label} ({seconds:.1f} s): {line}")
-    check(f"{label}: exit status", code, "2", code == 2)
-    check(f"{label}: error lines", len(errors), "1", len(errors) == 1)
-    check(f"{label}: traceback", "Traceback" in out + err, "False", "Traceback" not in out + err)
-    check(f"{label}: words named", [w for w in words if w not in line], f"none missing of {list(words)}",
-          all(w in line for w in words))
-    return line
+    return (*run_cli(argv, capsys), time.monotonic() - began)
 
 
 @pytest.fixture(autouse=True)
