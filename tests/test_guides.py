@@ -33,7 +33,7 @@ GUIDES = os.path.join(ROOT, "docs", "guides")
 
 # The guides' "Try it" sections in the order they run (later ones use what earlier ones wrote).
 TOUR = ["tokenizer-and-data.md", "pretraining.md", "generation.md", "weights.md", "python-api.md",
-        "fine-tuning/classification.md", "fine-tuning/long-documents.md", "fine-tuning/squad.md",
+        "fine-tuning/classification.md", "your-own-data.md", "fine-tuning/long-documents.md", "fine-tuning/squad.md",
         "fine-tuning/race.md", "fine-tuning/token-classification.md", "recompute.md", "export.md", "precision.md",
         "serving.md", "beam.md"]
 # Guides without a "Try it", and why.
@@ -239,6 +239,12 @@ def _records(folder):
     return sorted(bytes(r.numpy()) for r in tf.data.TFRecordDataset(sorted(glob.glob(str(folder / "*.tfrecord*")))))
 
 
+def _aligned(path):
+    """The first two prediction lines' (row, id, whether the label is a name), and the number of lines."""
+    rows = [json.loads(line) for line in _lines(path)]
+    return [(r["row"], r["id"], r.get("label") in ("prose", "code")) for r in rows[:2]] + [len(rows)]
+
+
 # What each guide's text says its lines produce, checked in the Quickstart's folder after they ran.
 def _expectations(folder, output):
     return {
@@ -257,6 +263,16 @@ def _expectations(folder, output):
             ("from-pretrained/eval_results.json examples", lambda: _json(
                 folder / "from-pretrained/eval_results.json")["examples"], 333),
             ("dev-predictions.jsonl lines", lambda: len(_lines(folder / "dev-predictions.jsonl")), 333)],
+        "your-own-data.md": [
+            ("paragraphs/best/best.json metric", lambda: _json(folder / "paragraphs/best/best.json")["metric"],
+             "accuracy"),
+            ("recorded label names and values", lambda: tuple(
+                tuple(_json(folder / "paragraphs/finetune_config.json")[k]) for k in ("label_names", "label_values")),
+             (("prose", "code"), ("0", "1"))),
+            ("prediction lines: dev rows in order, with their ids and a named label", lambda: _aligned(
+                folder / "paragraphs-predictions.jsonl"), [(0, "dev-0", True), (1, "dev-1", True), 333]),
+            ("served answer with a label name", lambda: len(re.findall(r"^\[0\] .*: (code|prose) \(id \d\) p=", output,
+                                                                       flags=re.M)), 1)],
         "fine-tuning/long-documents.md": [("long_doc, max_doc_len recorded", lambda: tuple(
             _json(folder / "long-documents/finetune_config.json")[k] for k in ("long_doc", "max_doc_len")),
             ("memory", 128))],
