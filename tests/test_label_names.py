@@ -83,14 +83,18 @@ def server(trained):
     instance.stop()
 
 
-def test_names_parsed_and_checked_against_the_file():
-    """The flag's two forms, and each refusal's words (no file read: `name_labels` is given the values)."""
+def test_names_parsed_and_checked_against_the_file(tmp_path):
+    """The flag's three forms, and each refusal's words (no data file read: `name_labels` is given the values)."""
     from xlnet_tf.data.labels import name_labels, parse_label_names, renamed, sorted_labels
     from xlnet_tf.data.readers import TextExample
     from xlnet_tf.errors import UserError
 
     check("NAME,NAME parsed", parse_label_names(" negative, positive"), "('negative', 'positive')",
           parse_label_names(" negative, positive") == ("negative", "positive"))
+    (tmp_path / "names.txt").write_text("negative\n\npositive\n", encoding="utf-8")
+    from_file = parse_label_names(f"@{tmp_path / 'names.txt'}")
+    check("@FILE: a name a line (a blank line skipped)", from_file, "('negative', 'positive')",
+          from_file == ("negative", "positive"))
     pairs = parse_label_names("1=positive,0=negative")
     check("VALUE=NAME pairs parsed", pairs, "{'1': 'positive', '0': 'negative'}",
           pairs == {"1": "positive", "0": "negative"})

@@ -193,12 +193,13 @@ def add_finetune_arguments(parser):
                               help=f"classification, regression, multi-label: the TSV / CSV column (its header's name, "
                                    f"or its number, 0 = first, in a file without a header row) or JSONL key of the "
                                    f"{part.replace('-', ' ')} (default: {default}); recorded for evaluate and predict")
-    parser.add_argument("--label-names", metavar="NAME,NAME,...|VALUE=NAME,...",
+    parser.add_argument("--label-names", metavar="NAME,NAME,...|VALUE=NAME,...|@FILE",
                         help="classification, multi-label: names for the training file's label values, which "
                              "predict, evaluate, export and the server then give: NAME,NAME,... in the values' order "
                              "(numeric when all are whole numbers, else as text: for a file of 0 / 1 labels, "
                              "negative,positive names 0 negative and 1 positive), or VALUE=NAME,... "
-                             "(0=negative,1=positive); a different name for each value of the file, no name "
+                             "(0=negative,1=positive), or @FILE (the same items, one a line); a different name "
+                             "for each value of the file, no name "
                              "holding ',' (nor '=' in the first form). Recorded (label_names; the file's values as "
                              "label_values, so evaluate reads files of either). Labels that are names already need "
                              "none")

@@ -27,8 +27,16 @@ def sorted_labels(labels):
 
 def parse_label_names(given):
     """--label-names: "NAME,NAME,..." (the names of a training file's label values in id order, `sorted_labels`)
-    or "VALUE=NAME,VALUE=NAME,..." (from a Python caller also a list of names or a {value: name} dict) -> a tuple
-    of names or a {value: name} dict. UserError for an empty or repeated name or value, or a mix of the forms."""
+    or "VALUE=NAME,VALUE=NAME,..." or "@FILE" (a text file of the same items, one a line; blank lines skipped;
+    from a Python caller also a list of names or a {value: name} dict) -> a tuple of names or a {value: name}
+    dict. UserError for a missing file, an empty or repeated name or value, or a mix of the forms."""
+    if isinstance(given, str) and given.startswith("@"):
+        from xlnet_tf import files
+
+        path = given[1:]
+        if not files.exists(path):
+            raise UserError(f"--label-names {given}: no such file (one name, or VALUE=NAME, a line)")
+        given = ",".join(line.strip() for line in files.read_text(path).splitlines() if line.strip())
     if isinstance(given, str):
         items = [item.strip() for item in given.split(",")]
         pairs = ["=" in item for item in items]
