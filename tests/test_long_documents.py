@@ -22,6 +22,9 @@ from xlnet_tf.heads import XLNetForMultipleChoice, XLNetForSequenceClassificatio
 from xlnet_tf.model import XLNetModel
 
 L = 8  # segment length of the model-level tests
+# Fine-tuning steps of the needle task: both runs reached 0.965 after 100 steps (0.955-0.96 after 50; 400 steps,
+# the earlier length, added at most 0.02), so the test runs 100.
+STEPS = 100
 
 
 def documents(rng, lengths, width):
@@ -290,7 +293,7 @@ def task(tmp_path_factory):
 def finetune_args(root, name, *extra):
     return ["finetune", "--task", "classification", "--train-file", str(root / "train.tsv"), "--eval-file",
             str(root / "dev.tsv"), "--spm-model", str(root / "spm.model"), "--model-size", "tiny",
-            "--model-dir", str(root / name), "--train-steps", "400", "--batch-size", "16", "--learning-rate",
+            "--model-dir", str(root / name), "--train-steps", str(STEPS), "--batch-size", "16", "--learning-rate",
             "1e-3", "--warmup-steps", "10", "--strategy", "one_device", "--steps-per-loop", "50",
             "--max-seq-len", "64", "--dropout", "0", "--dropatt", "0", *extra]
 
@@ -334,7 +337,7 @@ def test_memory_learns_what_one_window_learns_and_the_export_agrees(task, tmp_pa
             if process.poll() is None:  # a failure above: stop it too
                 process.kill()
     window = json.loads((task / "window" / "eval_results.json").read_text())
-    print(f"dev accuracy after 400 steps: memory, default --grad-segments all {memory['accuracy']:.3f} (bound >= "
+    print(f"dev accuracy after {STEPS} steps: memory, default --grad-segments all {memory['accuracy']:.3f} (bound >= "
           f"one window - 0.05 = {window['accuracy'] - 0.05:.3f} and >= 0.75); one window of 512 "
           f"{window['accuracy']:.3f}")
     assert memory["accuracy"] >= window["accuracy"] - 0.05
