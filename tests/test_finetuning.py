@@ -108,9 +108,9 @@ def test_classification_and_regression(pretrained, span_run, tmp_path):  # span_
                                 tmp_path / "regression-dev.tsv", 200, "--max-seq-len", "24",
                                 "--recompute", "blocks")  # the same gradients, less memory
     with regression:
-        for buckets in ("auto", "none"):
+        for buckets in ("auto", "none"):  # 100 steps: the loss is ~0.02 by step 100 of 200 (0.993 either way after 200)
             model_dir, results = finetune(pretrained, "classification", tmp_path / "classification-train.tsv",
-                                          tmp_path / "classification-dev.tsv", 200, "--max-seq-len", "48",
+                                          tmp_path / "classification-dev.tsv", 100, "--max-seq-len", "48",
                                           "--bucket-boundaries", buckets, "--packing", "none",
                                           name=f"classification-{buckets}")
             accuracy[buckets] = results["accuracy"]

@@ -12,6 +12,10 @@ import pytest
 
 from xlnet_tf.cli import main
 
+# Fine-tuning steps: dev micro F1 was 0.984 / 0.988 after 100 / 200 steps of an 800-step run (0.986 at 800; bound
+# 0.9), so the test runs 200.
+STEPS = 200
+
 KEYWORDS = ("class", "function", "object", "value")
 
 
@@ -58,7 +62,7 @@ def task(tmp_path_factory):
     model_dir = root / "model"
     assert main(["finetune", "--task", "multi-label", "--train-file", str(root / "train.tsv"), "--label-separator", ";",
                  "--eval-file", str(root / "dev.jsonl"), "--tune-thresholds", "--spm-model", str(root / "spm.model"),
-                 "--model-size", "tiny", "--model-dir", str(model_dir), "--max-seq-len", "48", "--train-steps", "800",
+                 "--model-size", "tiny", "--model-dir", str(model_dir), "--max-seq-len", "48", "--train-steps", str(STEPS),
                  "--batch-size", "16", "--learning-rate", "1e-3", "--dropout", "0", "--dropatt", "0", "--warmup-steps", "20", "--strategy", "one_device",
                  "--steps-per-loop", "100"]) == 0
     return root, model_dir, dev
@@ -77,7 +81,7 @@ def test_multi_label_learns_with_tuned_thresholds(task, tmp_path):
     check("thresholds tuned on the dev file, recorded", [round(t, 3) for t in config["thresholds"]],
           "4 values in (0, 1)", len(config["thresholds"]) == 4 and all(0 < t < 1 for t in config["thresholds"])
           and results["thresholds"] == config["thresholds"])
-    check("micro F1 (which of 4 words a sentence mentions; tiny model from scratch, 800 steps of 16)",
+    check(f"micro F1 (which of 4 words a sentence mentions; tiny model from scratch, {STEPS} steps of 16)",
           f"{results['micro_f1']:.3f} (macro {results['macro_f1']:.3f}, subset accuracy "
           f"{results['subset_accuracy']:.3f})", ">= 0.9", results["micro_f1"] >= 0.9)
     check("per-label F1", {k: round(v["f1"], 3) for k, v in results["per_label"].items()}, ">= 0.8 each",

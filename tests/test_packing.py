@@ -329,7 +329,7 @@ def test_packed_finetuning_learns_as_strata(tmp_path):
         assert main(["finetune", "--task", "classification", "--train-file", str(tmp_path / "train.tsv"),
                      "--eval-file", str(tmp_path / "dev.tsv"), "--spm-model", str(tmp_path / "spm.model"),
                      "--model-size", "tiny", "--model-dir", str(model_dir), "--max-seq-len", "64",
-                     "--train-steps", "300", "--batch-size", "16", "--learning-rate", "1e-3", "--dropout", "0",
+                     "--train-steps", "100", "--batch-size", "16", "--learning-rate", "1e-3", "--dropout", "0",
                      "--dropatt", "0", "--warmup-steps", "20", "--strategy", "one_device", "--steps-per-loop", "100",
                      "--packing", mode]) == 0
         config = json.loads((model_dir / "finetune_config.json").read_text())

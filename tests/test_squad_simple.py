@@ -12,6 +12,9 @@ import pytest
 from xlnet_tf.cli import main
 
 pytestmark = pytest.mark.slow  # trains, serves or starts processes: `make test` only, not `make test-quick`
+# Fine-tuning steps: dev F1 was 54 / 64 / 67 after 100 / 200 / 300 steps of a 500-step run (best EM 66.5, bound 40),
+# so the test runs 250.
+STEPS = 250
 
 
 def check(name, value, bound, ok):
@@ -48,7 +51,7 @@ def simple_qa(tmp_path_factory):
     model_dir = root / "model"
     assert main(["finetune", "--task", "squad", "--squad-head", "simple", "--train-file", str(root / "train.json"),
                  "--eval-file", str(root / "dev.json"), "--spm-model", str(root / "spm.model"), "--model-size", "tiny",
-                 "--model-dir", str(model_dir), "--max-seq-len", "96", "--max-query-len", "8", "--train-steps", "500",
+                 "--model-dir", str(model_dir), "--max-seq-len", "96", "--max-query-len", "8", "--train-steps", str(STEPS),
                  "--batch-size", "16", "--learning-rate", "2e-3", "--warmup-steps", "20", "--strategy", "one_device",
                  "--steps-per-loop", "100", "--max-answer-length", "16"]) == 0
     return root, model_dir, impossible
@@ -69,7 +72,7 @@ def test_simple_head_learns_and_the_export_answers_as_predict(simple_qa, tmp_pat
           f"F1 {results['f1']:.1f}; with the best null threshold {results['best_exact_thresh']:.3f}: EM "
           f"{results['best_exact']:.1f}, HasAns EM {results['HasAns_exact']:.1f}, NoAns EM "
           f"{results.get('NoAns_exact', float('nan')):.1f}")
-    check("best EM (demo QA from scratch, 500 steps of 16)", f"{results['best_exact']:.1f}", ">= 40",
+    check(f"best EM (demo QA from scratch, {STEPS} steps of 16)", f"{results['best_exact']:.1f}", ">= 40",
           results["best_exact"] >= 40)
     check("HasAns EM (answers found at all; a random span ~0)", f"{results['HasAns_exact']:.1f}", ">= 25",
           results["HasAns_exact"] >= 25)
