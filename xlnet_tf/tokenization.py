@@ -273,12 +273,26 @@ def preprocess_text(strings, lower_case=False, keep_accents=False, remove_space=
 # Tokenizer
 
 
-def _splice(values, where, new_rows):
-    """Replace element ``where[j]`` of ``values [T]`` by the row ``new_rows[j]`` -> ragged ``[T, None]``."""
-    n = tf.size(values, out_type=tf.int64)
-    rows = tf.concat([tf.RaggedTensor.from_tensor(values[:, None]), new_rows], 0)
-    pick = tf.tensor_scatter_nd_update(tf.range(n), where[:, None], n + tf.range(tf.size(where, tf.int64)))
-    return tf.gather(rows, pick)
+def _splice_order(size, where, kept, kept_rows):
+    """Where the values of a splice come from: each element ``where[j]`` (int64 ``[P]``, ascending) of a flat
+    ``[T]`` (``size`` = T) is replaced by the kept (bool ``[V]``) values of its new row ``j`` (``kept_rows``, int64
+    ``[V]``, ascending: the row of each new value) followed by one closing value of its own. -> (``order``, int64
+    ``[N]``: indices into ``concat([old [T], new [V], closing [P]])``; ``count``, int64 ``[T]``: the values each old
+    element becomes). Index arithmetic alone, so that one result serves every array that shares the structure."""
+    rows = tf.size(where, out_type=tf.int64)
+    kept_count = tf.math.unsorted_segment_sum(tf.cast(kept, tf.int64), kept_rows, rows)  # [P]
+    count = tf.tensor_scatter_nd_update(tf.ones([size], tf.int64), where[:, None], kept_count + 1)
+    first = tf.cumsum(count, exclusive=True)  # where each old element's values start
+    row_first = tf.gather(first, where)  # [P]
+    replaced = tf.scatter_nd(where[:, None], tf.ones_like(where), [size]) > 0
+    old = tf.where(~replaced)[:, 0]
+    new = tf.where(kept)[:, 0]
+    new_rows = tf.gather(kept_rows, new)
+    rank = tf.gather(tf.cumsum(tf.cast(kept, tf.int64), exclusive=True), new)  # among every kept value
+    rank -= tf.gather(tf.cumsum(kept_count, exclusive=True), new_rows)  # ... and among its row's
+    positions = tf.concat([tf.gather(first, old), tf.gather(row_first, new_rows) + rank, row_first + kept_count], 0)
+    sources = tf.concat([old, size + new, size + tf.size(kept, out_type=tf.int64) + tf.range(rows)], 0)
+    return tf.scatter_nd(positions[:, None], sources, [tf.reduce_sum(count)]), count
 
 
 class XLNetTokenizer(tf.Module):
@@ -366,9 +380,8 @@ class XLNetTokenizer(tf.Module):
         had_prefix = tf.strings.substr(piece, 0, 3) == SPIECE_UNDERLINE  # "▁" is 3 bytes
         fix = (is_first & ~tf.gather(had_prefix, sub_rows)
                & (tf.strings.substr(values, 0, 3) == SPIECE_UNDERLINE))
-        keep = sub.with_flat_values(~(fix & (values == SPIECE_UNDERLINE)))
-        sub = sub.with_flat_values(
-            tf.where(fix, tf.strings.regex_replace(values, "^" + SPIECE_UNDERLINE, ""), values))
+        kept = ~(fix & (values == SPIECE_UNDERLINE))  # [V]
+        sub_pieces = tf.where(fix, tf.strings.regex_replace(values, "^" + SPIECE_UNDERLINE, ""), values)
 
         # Offsets: the piece's text normally sits right before the comma; else use the piece's span.
         comma = tf.maximum(p_end - 1, 0)
@@ -379,20 +392,21 @@ class XLNetTokenizer(tf.Module):
             substrings(text, row, tf.maximum(base, 0), inner_len) == inner)
         digits_end = tf.where(has_comma, comma, p_end)
         row_aligned, row_base = tf.gather(aligned, sub_rows), tf.gather(base, sub_rows)
-        sub_start = sub.with_flat_values(
-            tf.where(row_aligned, row_base + sub_start.values, tf.gather(p_start, sub_rows)))
-        sub_end = sub.with_flat_values(
-            tf.where(row_aligned, row_base + sub_end.values, tf.gather(digits_end, sub_rows)))
+        sub_start = tf.where(row_aligned, row_base + sub_start.values, tf.gather(p_start, sub_rows))
+        sub_end = tf.where(row_aligned, row_base + sub_end.values, tf.gather(digits_end, sub_rows))
 
-        def with_comma(rows, comma_values):
-            return tf.concat([tf.ragged.boolean_mask(rows, keep),
-                              tf.RaggedTensor.from_tensor(comma_values[:, None])], 1)
+        # Each matched piece becomes its kept sub-pieces and then the comma; pieces, starts and ends share one
+        # order of values and one set of row splits.
+        order, count = _splice_order(tf.size(p, out_type=tf.int64), where, kept, sub_rows)
+        splits = tf.gather(tf.concat([tf.zeros([1], tf.int64), tf.cumsum(count)], 0), pieces.row_splits)
 
-        new_pieces = with_comma(sub, tf.fill(tf.shape(piece), ","))
-        new_starts = with_comma(sub_start, tf.where(has_comma, comma, p_start))
-        new_ends = with_comma(sub_end, p_end)
-        return tuple(rt.with_flat_values(_splice(rt.values, where, new)).merge_dims(1, 2)
-                     for rt, new in ((pieces, new_pieces), (starts, new_starts), (ends, new_ends)))
+        def spliced(values, new, comma_values):
+            return tf.RaggedTensor.from_row_splits(tf.gather(tf.concat([values, new, comma_values], 0), order),
+                                                   splits, validate=False)
+
+        return (spliced(p, sub_pieces, tf.fill(tf.shape(piece), ",")),
+                spliced(s, sub_start, tf.where(has_comma, comma, p_start)),
+                spliced(e, sub_end, p_end))
 
     def _tokenize(self, strings, with_offsets):
         """Ids (and offsets into ``strings``) for a string ``[B]`` tensor."""
