@@ -62,8 +62,9 @@ def task(tmp_path_factory):
     model_dir = root / "model"
     assert main(["finetune", "--task", "multi-label", "--train-file", str(root / "train.tsv"), "--label-separator", ";",
                  "--eval-file", str(root / "dev.jsonl"), "--tune-thresholds", "--spm-model", str(root / "spm.model"),
-                 "--model-size", "tiny", "--model-dir", str(model_dir), "--max-seq-len", "48", "--train-steps", str(STEPS),
-                 "--batch-size", "16", "--learning-rate", "1e-3", "--dropout", "0", "--dropatt", "0", "--warmup-steps", "20", "--strategy", "one_device",
+                 "--model-size", "tiny", "--model-dir", str(model_dir), "--max-seq-len", "48",
+                 "--train-steps", str(STEPS), "--batch-size", "16", "--learning-rate", "1e-3", "--dropout", "0",
+                 "--dropatt", "0", "--warmup-steps", "20", "--strategy", "one_device",
                  "--steps-per-loop", "100"]) == 0
     return root, model_dir, dev
 

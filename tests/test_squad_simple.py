@@ -51,9 +51,9 @@ def simple_qa(tmp_path_factory):
     model_dir = root / "model"
     assert main(["finetune", "--task", "squad", "--squad-head", "simple", "--train-file", str(root / "train.json"),
                  "--eval-file", str(root / "dev.json"), "--spm-model", str(root / "spm.model"), "--model-size", "tiny",
-                 "--model-dir", str(model_dir), "--max-seq-len", "96", "--max-query-len", "8", "--train-steps", str(STEPS),
-                 "--batch-size", "16", "--learning-rate", "2e-3", "--warmup-steps", "20", "--strategy", "one_device",
-                 "--steps-per-loop", "100", "--max-answer-length", "16"]) == 0
+                 "--model-dir", str(model_dir), "--max-seq-len", "96", "--max-query-len", "8",
+                 "--train-steps", str(STEPS), "--batch-size", "16", "--learning-rate", "2e-3", "--warmup-steps", "20",
+                 "--strategy", "one_device", "--steps-per-loop", "100", "--max-answer-length", "16"]) == 0
     return root, model_dir, impossible
 
 
