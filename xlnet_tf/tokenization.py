@@ -226,13 +226,13 @@ def _preprocess_with_alignment(strings, lower_case, keep_accents=False, remove_s
     out = tf.strings.unicode_decode(chars, "UTF-8")
     keep = tf.ones_like(out.values, tf.bool) if keep_accents else ~_in_ranges(out.values, tables.combining)
     out_cps = tf.boolean_mask(out.values, keep)
-    src = tf.boolean_mask(out.value_rowids(), keep)  # input char of each output char
+    out_src = row_ids(out)  # the input char of each char NFKD made
+    src = tf.boolean_mask(out_src, keep)  # input char of each output char
     out_rows = tf.gather(rows, src)
 
     # A dropped non-space char (closing quote, separate combining mark) joins the span of the char before
     # it: each char's span is extended up to the next char that is output or whitespace (or the row end).
-    anchor = space | (tf.math.unsorted_segment_sum(tf.cast(keep, tf.int32), out.value_rowids(),
-                                                   tf.size(cps)) > 0)
+    anchor = space | (tf.math.unsorted_segment_sum(tf.cast(keep, tf.int32), out_src, tf.size(cps)) > 0)
     anchors = tf.concat([tf.where(anchor)[:, 0], [0]], 0)
     nxt = tf.gather(anchors, tf.cumsum(tf.cast(anchor, tf.int64)))
     has_next = (nxt > idx) & (nxt < row_limit)
@@ -375,7 +375,7 @@ class XLNetTokenizer(tf.Module):
             tf.strings.substr(piece, tf.zeros_like(n_bytes), n_bytes - 1), SPIECE_UNDERLINE, "")
         sub, sub_start, sub_end = self._sp.tokenize_with_offsets(inner)
         # If the piece had no leading "▁" but re-encoding added one, strip it (or drop a bare "▁").
-        values, sub_rows = sub.values, sub.value_rowids()
+        values, sub_rows = sub.values, row_ids(sub)
         is_first = tf.range(tf.size(values, out_type=tf.int64)) == tf.gather(sub.row_splits, sub_rows)
         had_prefix = tf.strings.substr(piece, 0, 3) == SPIECE_UNDERLINE  # "▁" is 3 bytes
         fix = (is_first & ~tf.gather(had_prefix, sub_rows)

@@ -84,9 +84,26 @@ def _fill_rows(lengths, value, dtype):
 
 def _constant_rows(nrows, values, dtype):
     """Ragged ``[nrows, len(values)]``: every row is ``values``."""
-    values = tf.constant(values, dtype)
-    dense = tf.tile(values[None], [nrows, 1])
-    return tf.RaggedTensor.from_tensor(dense)
+    flat = tf.tile(tf.constant(values, dtype), tf.reshape(tf.cast(nrows, tf.int32), [1]))
+    return tf.RaggedTensor.from_row_lengths(flat, tf.fill(tf.reshape(tf.cast(nrows, tf.int64), [1]),
+                                                          tf.constant(len(values), tf.int64)), validate=False)
+
+
+def concat_rows(parts):
+    """Ragged ``[B, None]`` tensors of one dtype joined row by row (row ``b`` is ``parts[0][b]``, then
+    ``parts[1][b]``, ...): ``tf.concat(parts, 1)`` by index arithmetic, a few ops a part where TensorFlow's ragged
+    concat builds over a hundred (every export traces these per signature)."""
+    lengths = [tf.cast(part.row_lengths(), tf.int64) for part in parts]
+    total = sum(lengths[1:], lengths[0])
+    offset = tf.cumsum(total, exclusive=True)  # where the part's values start in each output row
+    positions = []
+    for part, length in zip(parts, lengths):
+        start_in_output = offset - tf.cast(part.row_starts(), tf.int64)
+        positions.append(tf.range(tf.size(part.values, out_type=tf.int64)) + tf.gather(start_in_output, row_ids(part)))
+        offset += length
+    values = tf.scatter_nd(tf.concat(positions, 0)[:, None], tf.concat([part.values for part in parts], 0),
+                           tf.reshape(tf.reduce_sum(total), [1]))
+    return tf.RaggedTensor.from_row_lengths(values, total, validate=False)
 
 
 def pad_rows(rt, width, pad_value, left=False):
@@ -209,10 +226,10 @@ def classification_inputs(ids_a, ids_b, max_seq_len, pad_to_multiple=None, max_d
     a, b = keep_first(ids_a, keep_a), keep_first(ids_b, keep_b)
     one = tf.ones_like(len_a)
     b_sep = tf.cast(has_b, tf.int64)
-    tokens = tf.concat([a, _fill_rows(one, SEP_ID, tf.int32), b, _fill_rows(b_sep, SEP_ID, tf.int32),
-                        _fill_rows(one, CLS_ID, tf.int32)], 1)
-    segments = tf.concat([_fill_rows(keep_a + 1, SEG_A, tf.int32), _fill_rows(keep_b + b_sep, SEG_B, tf.int32),
-                          _fill_rows(one, SEG_CLS, tf.int32)], 1)
+    tokens = concat_rows([a, _fill_rows(one, SEP_ID, tf.int32), b, _fill_rows(b_sep, SEP_ID, tf.int32),
+                        _fill_rows(one, CLS_ID, tf.int32)])
+    segments = concat_rows([_fill_rows(keep_a + 1, SEG_A, tf.int32), _fill_rows(keep_b + b_sep, SEG_B, tf.int32),
+                          _fill_rows(one, SEG_CLS, tf.int32)])
     length = tokens.row_lengths()
     width = _row_width(length, max_seq_len, pad_to_multiple, max_doc_len)
     return {
@@ -305,12 +322,12 @@ def squad_windows(question_ids, context_ids, context_starts, context_ends, max_s
     q_rows = tf.gather(q, example)
     nq_w = tf.gather(n_q, example)
     ones = tf.ones_like(plen)
-    tokens = tf.concat([para, _fill_rows(ones, SEP_ID, tf.int32), q_rows,
-                        _constant_rows(n_windows_total, [SEP_ID, CLS_ID], tf.int32)], 1)
-    segments = tf.concat([_fill_rows(plen + 1, SQUAD_SEG_P, tf.int32), _fill_rows(nq_w + 1, SQUAD_SEG_Q, tf.int32),
-                          _fill_rows(ones, SQUAD_SEG_CLS, tf.int32)], 1)
-    p_mask = tf.concat([_fill_rows(plen, 0, tf.int32), _fill_rows(nq_w + 2, 1, tf.int32),
-                        _fill_rows(ones, 0, tf.int32)], 1)
+    tokens = concat_rows([para, _fill_rows(ones, SEP_ID, tf.int32), q_rows,
+                        _constant_rows(n_windows_total, [SEP_ID, CLS_ID], tf.int32)])
+    segments = concat_rows([_fill_rows(plen + 1, SQUAD_SEG_P, tf.int32), _fill_rows(nq_w + 1, SQUAD_SEG_Q, tf.int32),
+                          _fill_rows(ones, SQUAD_SEG_CLS, tf.int32)])
+    p_mask = concat_rows([_fill_rows(plen, 0, tf.int32), _fill_rows(nq_w + 2, 1, tf.int32),
+                        _fill_rows(ones, 0, tf.int32)])
     real = plen + nq_w + 3
     width = batch_width(real, length, pad_to_multiple)
     return {
@@ -534,10 +551,10 @@ def race_inputs(article_ids, qa_ids, num_choices, max_seq_len, max_qa_len=128, p
     article_truncated = keep < art.row_lengths()
     art = keep_first(art, keep)
     one = tf.ones_like(n_qa)
-    tokens = tf.concat([art, _fill_rows(one, SEP_ID, tf.int32), qa,
-                        _constant_rows(qa.nrows(), [SEP_ID, CLS_ID], tf.int32)], 1)
-    segments = tf.concat([_fill_rows(keep + 1, SEG_A, tf.int32), _fill_rows(n_qa + 1, SEG_B, tf.int32),
-                          _fill_rows(one, SEG_CLS, tf.int32)], 1)
+    tokens = concat_rows([art, _fill_rows(one, SEP_ID, tf.int32), qa,
+                        _constant_rows(qa.nrows(), [SEP_ID, CLS_ID], tf.int32)])
+    segments = concat_rows([_fill_rows(keep + 1, SEG_A, tf.int32), _fill_rows(n_qa + 1, SEG_B, tf.int32),
+                          _fill_rows(one, SEG_CLS, tf.int32)])
     length = tokens.row_lengths()
     width = _row_width(length, max_seq_len, pad_to_multiple, max_doc_len)
     return {
@@ -560,7 +577,7 @@ def _word_pieces(word_ids, span, unk_id):
     keeps its first ``span``. ``word_ids`` ragged ``[B, None, None]`` -> ragged int32 ``[N, None]`` (N words)."""
     pieces = tf.cast(word_ids.values, tf.int32)
     empty = tf.cast(pieces.row_lengths() == 0, tf.int64)
-    pieces = tf.concat([pieces, _fill_rows(empty, unk_id, tf.int32)], 1)
+    pieces = concat_rows([pieces, _fill_rows(empty, unk_id, tf.int32)])
     return keep_first(pieces, tf.minimum(pieces.row_lengths(), span))
 
 
@@ -677,18 +694,18 @@ def token_windows(word_ids, max_seq_len, doc_stride=None, pad_to_multiple=None, 
     scored = tf.gather(best, piece_word) == piece_row
     ones = tf.ones_like(w_pieces)
     two = _constant_rows(n_windows, [SEP_ID, CLS_ID], tf.int32)
-    tokens = tf.concat([piece.with_flat_values(tf.gather(pieces.values, piece.values)), two], 1)
-    segments = tf.concat([_fill_rows(w_pieces + 1, SEG_A, tf.int32), _fill_rows(ones, SEG_CLS, tf.int32)], 1)
+    tokens = concat_rows([piece.with_flat_values(tf.gather(pieces.values, piece.values)), two])
+    segments = concat_rows([_fill_rows(w_pieces + 1, SEG_A, tf.int32), _fill_rows(ones, SEG_CLS, tf.int32)])
     minus_two = _constant_rows(n_windows, [-1, -1], tf.int32)
-    at_word = lambda values: tf.concat([piece.with_flat_values(tf.cast(values, tf.int32)), minus_two], 1)  # noqa
+    at_word = lambda values: concat_rows([piece.with_flat_values(tf.cast(values, tf.int32)), minus_two])  # noqa
     word_index = at_word(tf.where(first_piece & scored, local_word, -1))
     if word_labels is None:
         labels = tf.fill(tf.shape(piece.values), tf.constant(IGNORE, tf.int64))
     else:
         labeled = scored & (first_piece | label_all_pieces)
         labels = tf.where(labeled, tf.gather(tf.cast(word_labels.flat_values, tf.int64), piece_word), IGNORE)
-    label_ids = tf.concat([piece.with_flat_values(tf.cast(labels, tf.int32)),
-                           _constant_rows(n_windows, [IGNORE, IGNORE], tf.int32)], 1)
+    label_ids = concat_rows([piece.with_flat_values(tf.cast(labels, tf.int32)),
+                           _constant_rows(n_windows, [IGNORE, IGNORE], tf.int32)])
     length = w_pieces + 2
     width = batch_width(length, max_seq_len, pad_to_multiple)
     local = lambda v: tf.cast(v - tf.gather(first_word, w["sentence"]), tf.int32)  # noqa: E731
