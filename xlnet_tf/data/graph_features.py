@@ -227,9 +227,9 @@ def classification_inputs(ids_a, ids_b, max_seq_len, pad_to_multiple=None, max_d
     one = tf.ones_like(len_a)
     b_sep = tf.cast(has_b, tf.int64)
     tokens = concat_rows([a, _fill_rows(one, SEP_ID, tf.int32), b, _fill_rows(b_sep, SEP_ID, tf.int32),
-                        _fill_rows(one, CLS_ID, tf.int32)])
+                          _fill_rows(one, CLS_ID, tf.int32)])
     segments = concat_rows([_fill_rows(keep_a + 1, SEG_A, tf.int32), _fill_rows(keep_b + b_sep, SEG_B, tf.int32),
-                          _fill_rows(one, SEG_CLS, tf.int32)])
+                            _fill_rows(one, SEG_CLS, tf.int32)])
     length = tokens.row_lengths()
     width = _row_width(length, max_seq_len, pad_to_multiple, max_doc_len)
     return {
@@ -323,11 +323,11 @@ def squad_windows(question_ids, context_ids, context_starts, context_ends, max_s
     nq_w = tf.gather(n_q, example)
     ones = tf.ones_like(plen)
     tokens = concat_rows([para, _fill_rows(ones, SEP_ID, tf.int32), q_rows,
-                        _constant_rows(n_windows_total, [SEP_ID, CLS_ID], tf.int32)])
+                          _constant_rows(n_windows_total, [SEP_ID, CLS_ID], tf.int32)])
     segments = concat_rows([_fill_rows(plen + 1, SQUAD_SEG_P, tf.int32), _fill_rows(nq_w + 1, SQUAD_SEG_Q, tf.int32),
-                          _fill_rows(ones, SQUAD_SEG_CLS, tf.int32)])
+                            _fill_rows(ones, SQUAD_SEG_CLS, tf.int32)])
     p_mask = concat_rows([_fill_rows(plen, 0, tf.int32), _fill_rows(nq_w + 2, 1, tf.int32),
-                        _fill_rows(ones, 0, tf.int32)])
+                          _fill_rows(ones, 0, tf.int32)])
     real = plen + nq_w + 3
     width = batch_width(real, length, pad_to_multiple)
     return {
@@ -552,9 +552,9 @@ def race_inputs(article_ids, qa_ids, num_choices, max_seq_len, max_qa_len=128, p
     art = keep_first(art, keep)
     one = tf.ones_like(n_qa)
     tokens = concat_rows([art, _fill_rows(one, SEP_ID, tf.int32), qa,
-                        _constant_rows(qa.nrows(), [SEP_ID, CLS_ID], tf.int32)])
+                          _constant_rows(qa.nrows(), [SEP_ID, CLS_ID], tf.int32)])
     segments = concat_rows([_fill_rows(keep + 1, SEG_A, tf.int32), _fill_rows(n_qa + 1, SEG_B, tf.int32),
-                          _fill_rows(one, SEG_CLS, tf.int32)])
+                            _fill_rows(one, SEG_CLS, tf.int32)])
     length = tokens.row_lengths()
     width = _row_width(length, max_seq_len, pad_to_multiple, max_doc_len)
     return {
@@ -705,7 +705,7 @@ def token_windows(word_ids, max_seq_len, doc_stride=None, pad_to_multiple=None, 
         labeled = scored & (first_piece | label_all_pieces)
         labels = tf.where(labeled, tf.gather(tf.cast(word_labels.flat_values, tf.int64), piece_word), IGNORE)
     label_ids = concat_rows([piece.with_flat_values(tf.cast(labels, tf.int32)),
-                           _constant_rows(n_windows, [IGNORE, IGNORE], tf.int32)])
+                             _constant_rows(n_windows, [IGNORE, IGNORE], tf.int32)])
     length = w_pieces + 2
     width = batch_width(length, max_seq_len, pad_to_multiple)
     local = lambda v: tf.cast(v - tf.gather(first_word, w["sentence"]), tf.int32)  # noqa: E731
