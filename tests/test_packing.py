@@ -324,6 +324,7 @@ def test_packed_finetuning_learns_as_strata(tmp_path):
     assert main(["train-spm", "--input", str(tmp_path / "corpus.txt"), "--model-prefix", str(tmp_path / "spm"),
                  "--vocab-size", "800"]) == 0
     results = {}
+    # 100 steps: both modes were at 0.995 by step 100 of a 300-step run (0.975 at step 50) and stayed there.
     for mode in ("auto", "none"):
         model_dir = tmp_path / mode
         assert main(["finetune", "--task", "classification", "--train-file", str(tmp_path / "train.tsv"),
