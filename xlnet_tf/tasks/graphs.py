@@ -200,6 +200,23 @@ class Graphs:
 
         self._token_ids, self._tokens_with_offsets = token_ids, tokens_with_offsets
 
+        # So are the pieces that several signatures run on the same inputs: a sentence task's features (its
+        # serving_default and encode), and the packing of a merged request's rows (its head and encode).
+        @signature_function(spec)
+        def text_features(text):
+            """string [B] -> the encoder inputs of text input ``text`` (`classification_inputs`)."""
+            with tf.device("/cpu:0"):
+                return self._classification_inputs(self.token_ids(text, "text"), None)
+
+        @signature_function(spec * 2)
+        def pair_features(text_a, text_b):
+            """strings [B], [B] -> the encoder inputs of the pair ``text_a`` / ``text_b``."""
+            with tf.device("/cpu:0"), tf.control_dependencies(same_batch(text_a, text_b)):
+                return self._classification_inputs(self.token_ids(text_a, "text_a"), self.token_ids(text_b, "text_b"))
+
+        self._text_features, self._pair_features = text_features, pair_features
+        self._pack_merged = tf.function(packing.pack_merged, jit_compile=JIT, autograph=False)
+
     # -- text -> features (CPU) -----------------------------------------------------------------------
     def cut(self, text, name):
         """Text input `name` (string, any shape) cut to the bytes its kept pieces come from (`cut_text`: the first
@@ -218,12 +235,10 @@ class Graphs:
 
     def classification_inputs(self, text_a, text_b=None):
         """Encoder inputs of the text inputs ``text`` [B], or the pair ``text_a`` / ``text_b``."""
+        return self._text_features(text_a) if text_b is None else self._pair_features(text_a, text_b)
+
+    def _classification_inputs(self, ids_a, ids_b):
         with tf.device("/cpu:0"):
-            if text_b is None:
-                ids_a, ids_b = self.token_ids(text_a, "text"), None
-            else:
-                with tf.control_dependencies(same_batch(text_a, text_b)):
-                    ids_a, ids_b = self.token_ids(text_a, "text_a"), self.token_ids(text_b, "text_b")
             return gf.classification_inputs(ids_a, ids_b, self.length, pad_to_multiple=PAD_MULTIPLE,
                                             max_doc_len=self.doc_len)
 
@@ -250,7 +265,7 @@ class Graphs:
             hidden = self.model.transformer.encode_document(inputs, self.length)
             features = {k: v[:, -self.length:] for k, v in inputs.items()}
         elif pack:
-            rows = packing.pack_merged(inputs)
+            rows = self._pack_merged(inputs)
             hidden = self.model.transformer({k: rows[k] for k in heads.ENCODER_INPUTS},
                                             training=False)["sequence_output"]
             hidden = packing.unpack_tokens(hidden, rows["example_ids"], inputs["padding_mask"])
@@ -267,7 +282,7 @@ class Graphs:
         head reading one window) the merged requests' rows are packed first (`packing.pack_merged`: several
         short requests share a row, each attending only to itself; the outputs are the same)."""
         if pack and self.doc_len is None:
-            features = packing.pack_merged(features)
+            features = self._pack_merged(features)
         outputs = self.model(features, training=False)
         return {k: tf.cast(v, tf.float32) if v.dtype.is_floating else v for k, v in outputs.items()}
 

@@ -163,6 +163,10 @@ def _word_signatures(g, finetune_config, default_stride):
     label_names = tf.constant(names)
     dense = gf.pad_to_longest
 
+    @tf.function(jit_compile=graphs.JIT, autograph=False)
+    def tagged_words(word_ids):  # the windows, the model and the words' tags: traced once for both signatures
+        return _tagged_words(g, word_ids, doc_stride)
+
     def entities(tag_id, word_first, word_last):
         """Entity chunks of ``tag_id`` ragged ``[B, None]``: type strings, and ``word_first`` / ``word_last``
         (per word values, e.g. byte offsets) of the first and last word, ragged ``[B, E]``."""
@@ -186,7 +190,7 @@ def _word_signatures(g, finetune_config, default_stride):
             word_ids = _word_ids(g, words, "text")
             read = _words_read(word_ids, pieces, g.length - 2)
             words, starts, ends, word_ids = (gf.keep_first(t, read) for t in (words, starts, ends, word_ids))
-        tag_id, score = _tagged_words(g, word_ids, doc_stride)
+        tag_id, score = tagged_words(word_ids)
         with tf.device("/cpu:0"):
             types, first, last, chunks = entities(tag_id, starts.values, ends.values)
             entity_text = first.with_flat_values(substrings(text, first.value_rowids(), first.values,
@@ -209,7 +213,7 @@ def _word_signatures(g, finetune_config, default_stride):
                 given)
             kept = tf.ragged.boolean_mask(words, given)
             word_ids = _word_ids(g, kept, "words")
-        tag_id, score = _tagged_words(g, word_ids, doc_stride)
+        tag_id, score = tagged_words(word_ids)
         with tf.device("/cpu:0"):
             types, first, last, chunks = entities(tag_id, columns.values, columns.values + 1)
             row = first.value_rowids()
