@@ -160,14 +160,17 @@ def build_reusable_module(model, tokenizer, max_seq_len):
     root.trainable_variables = _backing([v for v in encoder.trainable_variables if v is not encoder.mask_emb])
     root.regularization_losses = []
 
-    def call(inputs, training=False):
-        # Both modes trace the inference graph: without dropout they compute the same function, and the
-        # training-mode layers use XLA-compiled parts (the feed-forward's GELU) that an export must not hold.
-        del training
-        hidden = encoder({k: inputs[k] for k in ("input_ids", "segment_ids", "padding_mask")},
-                         training=False)["sequence_output"]
+    @tf.function(jit_compile=JIT, autograph=False)
+    def infer(inputs):
+        hidden = encoder(inputs, training=False)["sequence_output"]
         hidden = tf.cast(hidden, tf.float32)
         return {"sequence_output": hidden, "pooled_output": hidden[:, -1]}
+
+    def call(inputs, training=False):
+        # Both modes call the inference graph, traced once: without dropout they compute the same function, and
+        # the training-mode layers use XLA-compiled parts (the feed-forward's GELU) that an export must not hold.
+        del training
+        return infer({k: inputs[k] for k in ("input_ids", "segment_ids", "padding_mask")})
 
     call_fn = tf.function(call, jit_compile=JIT, autograph=False)
     spec = {k: tf.TensorSpec([None, None], tf.int32, name=k) for k in ("input_ids", "segment_ids", "padding_mask")}
@@ -223,6 +226,7 @@ def build_generation_module(model, tokenizer, max_prompt_len, max_new_tokens):
     stop_ids = tf.constant(generation.default_stop_ids(tokenizer), tf.int32)
     reasons = tf.constant(generation.FINISH_REASONS)
 
+    @tf.function(jit_compile=JIT, autograph=False)  # traced once, called by generate and serving_default
     def decode(text, limits, temperature, top_k, top_p, seeds):
         with tf.device("/cpu:0"):
             keep = tf.fill(tf.shape(text, out_type=tf.int64), tf.constant(max_prompt_len, tf.int64))
