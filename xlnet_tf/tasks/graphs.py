@@ -237,10 +237,9 @@ class Graphs:
         """Encoder inputs of the text inputs ``text`` [B], or the pair ``text_a`` / ``text_b``."""
         return self._text_features(text_a) if text_b is None else self._pair_features(text_a, text_b)
 
-    def _classification_inputs(self, ids_a, ids_b):
-        with tf.device("/cpu:0"):
-            return gf.classification_inputs(ids_a, ids_b, self.length, pad_to_multiple=PAD_MULTIPLE,
-                                            max_doc_len=self.doc_len)
+    def _classification_inputs(self, ids_a, ids_b):  # in `text_features` / `pair_features`, on the CPU
+        return gf.classification_inputs(ids_a, ids_b, self.length, pad_to_multiple=PAD_MULTIPLE,
+                                        max_doc_len=self.doc_len)
 
     def tokenize(self, text):
         """token_ids int32, token_start / token_end int64 (code points) ``[B, W]`` padded with -1 (W: L, or
