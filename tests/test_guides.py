@@ -12,6 +12,10 @@ with the venv's python) continue in the Quickstart's `quickstart` folder, one ba
 order of TOUR (a guide may use what an earlier one wrote, as its text says). Every guide is in TOUR or in
 NOT_RUN with the reason. Checked per guide: exit status 0 and what its text says it writes. The ports the docs
 name (8500, 8501) are swapped for free ones, so that no run meets another server.
+
+Each script's `xlnet-tf` is tests/warm_cli.py's: every command runs in a process of its own, forked from one that
+has TensorFlow imported already (a third of the tour's time was spent importing it again, once per command); the
+console script itself runs as a program in tests/test_console.py, tests/test_cli_errors.py and tests/test_demo.py.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ import sys
 import time
 
 import pytest
+from warm_cli import WarmLauncher
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 TIMEOUT_S = 900  # the README promises well under 15 minutes on 2 CPU cores
@@ -96,13 +101,13 @@ def _group_alive(pgid):
     return any(state and not state.startswith("Z") for state in members.split())
 
 
-def run_script(script, folder, name, timeout):
-    """Runs `script` with bash (`set -euo pipefail`) in `folder`, in its own process group, with the virtualenv's
-    `xlnet-tf` and `python` first on PATH -> dict(returncode, output, seconds, left_running). Whatever happens,
-    the whole process group is killed at the end."""
+def run_script(script, folder, name, timeout, launcher):
+    """Runs `script` with bash (`set -euo pipefail`) in `folder`, in its own process group, with the launcher's
+    `xlnet-tf` and the virtualenv's `python` first on PATH -> dict(returncode, output, seconds, left_running).
+    Whatever happens, the whole process group is killed at the end, and with it the commands it started."""
     (folder / f"{name}.sh").write_text("set -euo pipefail\n" + script, encoding="utf-8")
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-               TMPDIR=str(folder), PYTHONUNBUFFERED="1")
+    path = [launcher.bin, os.path.dirname(sys.executable), os.environ.get("PATH", "")]
+    env = dict(os.environ, PATH=os.pathsep.join(path), TMPDIR=str(folder), PYTHONUNBUFFERED="1")
     env.pop("PYTHONPATH", None)
     began = time.monotonic()
     process = subprocess.Popen(["bash", str(folder / f"{name}.sh")], cwd=folder, env=env, stdout=subprocess.PIPE,
@@ -115,9 +120,9 @@ def run_script(script, folder, name, timeout):
         output += f"\n[killed after {timeout} s]"
     finally:
         deadline = time.monotonic() + 30  # a script's `kill $!` asks its server to stop; give it time
-        while _group_alive(process.pid) and time.monotonic() < deadline:
+        while (_group_alive(process.pid) or launcher.running()) and time.monotonic() < deadline:
             time.sleep(0.5)
-        left_running = _group_alive(process.pid)
+        left_running = _group_alive(process.pid) or bool(launcher.running())
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(process.pid, sig)
@@ -136,13 +141,19 @@ def with_free_ports(script):
 
 
 @pytest.fixture(scope="module")
-def quickstart(tmp_path_factory):
+def launcher(tmp_path_factory):
+    with WarmLauncher(str(tmp_path_factory.mktemp("warm-cli"))) as warm:
+        yield warm
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory, launcher):
     """Runs the Quickstart once -> dict(returncode, output, folder (its working directory, the repository root's
     stand-in), seconds, blocks, left_running)."""
     work = tmp_path_factory.mktemp("quickstart")
     (work / "tests").symlink_to(os.path.join(ROOT, "tests"))  # the weights guide converts a test fixture
     blocks = shell_blocks(quickstart_section(readme()))
-    result = run_script(with_free_ports("\n".join(blocks)), work, "quickstart", TIMEOUT_S)
+    result = run_script(with_free_ports("\n".join(blocks)), work, "quickstart", TIMEOUT_S, launcher)
     return dict(result, folder=work, blocks=blocks)
 
 
@@ -198,7 +209,7 @@ def every_guide():
 
 
 @pytest.fixture(scope="module")
-def tour(quickstart):
+def tour(quickstart, launcher):
     """Runs each TOUR guide's blocks in the Quickstart's folder -> {guide: dict(returncode, output, seconds,
     left_running)}."""
     assert quickstart["returncode"] == 0, "the Quickstart failed; the guides continue from its files"
@@ -206,7 +217,7 @@ def tour(quickstart):
     results = {}
     for guide in TOUR:
         script = with_free_ports("\n".join(try_it_blocks(guide)))
-        results[guide] = run_script(script, folder, "guide-" + guide.replace("/", "-")[:-3], TIMEOUT_S)
+        results[guide] = run_script(script, folder, "guide-" + guide.replace("/", "-")[:-3], TIMEOUT_S, launcher)
     print("seconds per guide: " + ", ".join(f"{g} {r['seconds']:.0f}" for g, r in results.items()))
     return dict(results, folder=folder)
 
