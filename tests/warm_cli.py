@@ -99,6 +99,7 @@ def _child(streams, request):
     os.environ.update(request["env"])
     tempfile.tempdir = None  # read TMPDIR again
     sys.argv = request["argv"]
+    sys.path[0] = os.path.dirname(sys.executable)  # a console script's own folder (the server's was tests/)
     sys.stdin = open(0, encoding="utf-8", closefd=False)
     sys.stdout = open(1, "w", encoding="utf-8", buffering=1, closefd=False)
     sys.stderr = open(2, "w", encoding="utf-8", buffering=1, errors="backslashreplace", closefd=False)
