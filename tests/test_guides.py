@@ -318,3 +318,55 @@ def test_the_guide_runs_as_written(tour, guide):
     for label, value, want in _expectations(tour["folder"], result["output"])[guide]:
         got = value()
         check(f"{guide}: {label}", got, want, got == want)
+
+
+@pytest.mark.slow
+def test_the_launcher_runs_each_command_as_a_process_of_its_own(launcher, tmp_path):
+    """The `xlnet-tf` of the scripts above (tests/warm_cli.py): a command works in the caller's folder, with its
+    environment (TMPDIR: where the log of a command without a model directory goes) and its streams, and ends with
+    the status a command of its own would; a signal to the caller reaches the command (serve stops gracefully and
+    exits 0), and a caller killed outright takes its command with it."""
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, PATH=launcher.bin + os.pathsep + os.environ.get("PATH", ""), TMPDIR=str(tmp_path / "tmp"))
+
+    def xlnet_tf(*args):
+        return subprocess.Popen(["xlnet-tf", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    made = xlnet_tf("sample-data", "--task", "classification", "--output-dir", "made")
+    out, err = made.communicate(timeout=120)
+    got = (made.returncode, sorted(os.listdir(tmp_path / "made")), "made" in out)
+    check("sample-data: exit status, the files in the caller's folder, its summary on stdout", got,
+          (0, ["dev.tsv", "train.tsv"], True), got == (0, ["dev.tsv", "train.tsv"], True))
+    refused = xlnet_tf("query", "--server", "localhost:1", "--model", "m", "--text", "hi", "--retries", "0")
+    out, err = refused.communicate(timeout=120)
+    log = tmp_path / "tmp" / "xlnet-tf-logs" / "query.log"
+    got = (refused.returncode, "no server answers at localhost:1" in err, out, log.exists())
+    check("a query no server answers: exit status, its error on stderr, stdout, its log under the caller's TMPDIR",
+          got, (2, True, "", True), got == (2, True, "", True))
+    (tmp_path / "empty").mkdir()
+    serving = xlnet_tf("serve", "--model-base-path", "empty", "--model-name", "m", "--port", "0", "--rest-api-port",
+                       "-1")
+    first = serving.stdout.readline()  # "serving gRPC HOST:PORT ...": its SIGTERM handler is in place
+    command = launcher.running()
+    serving.send_signal(signal.SIGTERM)
+    out, _ = serving.communicate(timeout=120)
+    got = (first.startswith("serving gRPC"), len(command), serving.returncode, "stopped (SIGTERM)" in out)
+    check("serve, its caller sent SIGTERM: started, commands running, exit status (0: the server got the signal "
+          "and stopped gracefully; the caller itself would end by the signal), 'stopped (SIGTERM)' printed", got,
+          (True, 1, 0, True), got == (True, 1, 0, True))
+    waiting = xlnet_tf("query", "--server", "localhost:1", "--model", "m", "--text", "hi", "--retries", "100000")
+    deadline = time.monotonic() + 60
+    while not launcher.running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    command = launcher.running()
+    waiting.kill()
+    waiting.wait(timeout=60)  # not its streams: a command left running would hold them open
+    deadline = time.monotonic() + 30
+    while launcher.running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    got = (len(command), waiting.returncode, launcher.running())
+    waiting.stdout.close()
+    waiting.stderr.close()
+    check("a query retrying for ever, its caller killed (SIGKILL): commands running before, the caller's status, "
+          "commands running 30 s later at most", got, (1, -signal.SIGKILL, []), got == (1, -signal.SIGKILL, []))
