@@ -39,8 +39,15 @@ def run(path, args):
     connection.sendall(request)
     reader = connection.makefile("r", encoding="utf-8")
     child = int(reader.readline().split()[1])  # "pid N"
+
+    def forward(number, frame):
+        try:
+            os.kill(child, number)
+        except ProcessLookupError:  # it has just ended: its status is on its way
+            pass
+
     for sig in FORWARDED:
-        signal.signal(sig, lambda number, frame: os.kill(child, number))
+        signal.signal(sig, forward)
     line = reader.readline()  # "exit STATUS", or nothing if the server went away
     if not line:
         print(f"xlnet-tf (warm launcher): the server at {path} went away before command {args} ended",
