@@ -138,6 +138,35 @@ def _compare_heads(task, model, features, boundaries, what):
     return fixed
 
 
+def test_inference_traces_the_model_once_for_every_bucket_and_batch_size(rng):
+    """On one device, run_model's batches of several widths and sizes run one trace of the model (a trace is
+    most of a small evaluation's time: it was traced three times, exact shapes then relaxed), and give what the
+    model gives on every row padded to max_seq_len."""
+    import keras
+
+    keras.utils.set_random_seed(5)
+    n, boundaries, batch_size = 23, (8, 16, 24, L), 4
+    features = numpy_dict(gf.classification_inputs(ragged_ids(rng, mixed_lengths(rng, n)),
+                                                   ragged_ids(rng, np.zeros(n, np.int64)), L))
+    model = build_head_model("classification", tiny_config(), RUN, num_labels=3)
+
+    class Counting:  # the model, counting its Python calls: one per trace
+        calls = 0
+
+        def __call__(self, batch, training):
+            Counting.calls += 1
+            return model(batch, training=training)
+
+    bucketed = run_model(Counting(), "classification", features, batch_size, boundaries)
+    shapes = {(len(rows), boundaries[bucket]) for bucket, rows in
+              buckets.inference_batches(buckets.assign(features["length"], boundaries), batch_size)}
+    print(f"batches of {len(shapes)} shapes (batch size, width) {sorted(shapes)} (bound >= 3): model traced "
+          f"{Counting.calls} times (bound 1)")
+    assert len(shapes) >= 3 and Counting.calls == 1
+    check("logits by bucket vs rows padded to 48", bucketed["logits"],
+          np.asarray(model({k: features[k] for k in INPUTS["classification"]}, training=False)["logits"]))
+
+
 @pytest.mark.slow
 def test_every_head_gives_the_same_outputs_with_buckets(rng):
     import keras

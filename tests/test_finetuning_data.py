@@ -468,3 +468,35 @@ def test_concat_rows_equals_ragged_concat():
                            == want.row_splits.numpy().tolist())
     print(f"concat_rows == tf.concat(parts, 1) for batches of 5, 1 and 0, eager and traced: {checked} (bound all)")
     assert all(checked)
+
+
+def test_graph_builders_trace_once_for_chunks_of_every_size():
+    """`chunked.one_trace_per_structure` (the feature builders' and inference's calls): chunks of any number of
+    examples run one trace per structure of the arguments, with what the function gives eagerly."""
+    import numpy as np
+    import tensorflow as tf
+
+    from xlnet_tf.data import chunked
+
+    def lengths_and_sums(ids, weights=None):
+        out = {"lengths": ids.row_lengths()}
+        if weights is not None:
+            out["sums"] = tf.reduce_sum(weights, -1)
+        return out
+
+    function = tf.function(lengths_and_sums, autograph=False)
+    call = chunked.one_trace_per_structure(function, chunked.any_count)
+    rng = np.random.default_rng(0)
+    for n in (5, 2, 7, 0):
+        lengths = rng.integers(0, 4, n)
+        ids = tf.RaggedTensor.from_row_lengths(tf.range(int(lengths.sum()), dtype=tf.int32), lengths)
+        weights = rng.normal(size=(n, 3)).astype(np.float32)
+        got, want = call(ids, weights=weights), lengths_and_sums(ids, weights)
+        assert got["lengths"].numpy().tolist() == lengths.tolist()
+        np.testing.assert_allclose(got["sums"].numpy(), want["sums"].numpy(), rtol=1e-6)
+    with_weights = function.experimental_get_tracing_count()
+    for n in (4, 1):
+        assert call(tf.ragged.constant([[1, 2]] * n, dtype=tf.int32))["lengths"].numpy().tolist() == [2] * n
+    print(f"traces: {with_weights} for chunks of 5, 2, 7 and 0 examples with weights (bound 1), "
+          f"{function.experimental_get_tracing_count()} after chunks of 4 and 1 without (bound 2)")
+    assert with_weights == 1 and function.experimental_get_tracing_count() == 2

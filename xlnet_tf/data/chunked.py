@@ -66,7 +66,40 @@ def traced(builder, **static):
 
 @functools.lru_cache(maxsize=None)
 def _traced_cached(builder, static):
-    return tf.function(functools.partial(builder, **dict(static)), autograph=False, reduce_retracing=True)
+    return one_trace_per_structure(tf.function(functools.partial(builder, **dict(static)), autograph=False),
+                                   any_count)
+
+
+def one_trace_per_structure(function, relax):
+    """`function` (a ``tf.function``) as a plain function that traces it once per structure of its arguments: with
+    the specs ``relax(argument)`` gives (the axes that vary from call to call unknown), before the first call of
+    each structure, so that every later call of that structure runs the same trace (``reduce_retracing`` would
+    trace the first call's exact shapes, then again relaxed: two or three traces of a large graph)."""
+    structures = set()
+
+    def call(*args, **kwargs):
+        args_spec, kwargs_spec = tf.nest.map_structure(relax, (args, kwargs))
+        key = repr((args_spec, kwargs_spec))
+        if key not in structures:
+            function.get_concrete_function(*args_spec, **kwargs_spec)
+            structures.add(key)
+        return function(*args, **kwargs)
+
+    return call
+
+
+def any_count(value, unknown_axes=(0,)):
+    """The type spec of a tensor, ragged tensor or numpy argument with `unknown_axes` (default: the first, the
+    examples) unknown; other values (and scalars) as they are."""
+    shape = getattr(value, "shape", None)
+    if shape is None or len(shape) == 0 or not isinstance(value, (tf.Tensor, tf.RaggedTensor, np.ndarray)):
+        return value
+    rank = len(shape)
+    shape = tf.TensorShape([None if axis in unknown_axes or axis - rank in unknown_axes else size
+                            for axis, size in enumerate(tf.TensorShape(shape).as_list())])
+    if isinstance(value, tf.RaggedTensor):
+        return tf.RaggedTensorSpec(shape, value.dtype, value.ragged_rank, value.row_splits.dtype)
+    return tf.TensorSpec(shape, tf.as_dtype(value.dtype))
 
 
 def build_in_chunks(n, build, chunk=CHUNK):

@@ -110,8 +110,11 @@ def layouts(lengths, width):
     if lengths.size and (lengths.max() > width or lengths.min() < 1):
         raise ValueError(f"sequences of {lengths.min()} to {lengths.max()} tokens: a packed row of {width} holds "
                          f"sequences of 1 to {width}")
-    if width not in _LAYOUTS:
-        _LAYOUTS[width] = tf.function(lambda x: first_fit_decreasing(x, width), reduce_retracing=True)
+    if width not in _LAYOUTS:  # traced once for any number of groups and sequences
+        from xlnet_tf.data.chunked import any_count, one_trace_per_structure
+
+        _LAYOUTS[width] = one_trace_per_structure(tf.function(lambda x: first_fit_decreasing(x, width)),
+                                                  lambda x: any_count(x, (0, 1)))
     return {k: v.numpy() for k, v in _LAYOUTS[width](tf.constant(lengths, tf.int32)).items()}
 
 

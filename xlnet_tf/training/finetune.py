@@ -524,7 +524,8 @@ def packed_inference(model, strategy):
 
 def distributed_inference(model, strategy, batch_size):
     """A function: batch dict of numpy [n, ...] (n <= batch_size) -> {output: numpy [n, ...]} from
-    `model(batch, training=False)`, traced once per batch shape and kept on the model.
+    `model(batch, training=False)`, kept on the model. On one device it is traced once for batches of every size
+    and width (`any_batch_and_width`); under a strategy with several replicas (or a TPU), once per batch shape.
 
     Under a strategy with several replicas (or a TPU) the batch is padded to `batch_size` rounded up to a
     multiple of the replicas (copies of its last row: every program sees one static shape per bucket), cut
@@ -532,13 +533,16 @@ def distributed_inference(model, strategy, batch_size):
     (`strategy.gather`, so every worker of a multi-worker run gets every row)."""
     import tensorflow as tf
 
+    from xlnet_tf.data import chunked
+
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     on_tpu = strategy is not None and _on_tpu(strategy)
     cache = model.__dict__.setdefault("_inference_functions", {})
     key = (id(strategy), batch_size) if replicas > 1 or on_tpu else None
     if key not in cache:
-        if key is None:  # one traced function per model (shapes relax after the second)
-            call = tf.function(lambda batch: model(batch, training=False), reduce_retracing=True)
+        if key is None:  # one trace per model for every batch: their sizes and widths (by bucket) unknown
+            call = chunked.one_trace_per_structure(tf.function(lambda batch: model(batch, training=False)),
+                                                   any_batch_and_width)
             cache[key] = lambda batch: {k: v.numpy() for k, v in call(batch).items()}
         else:
             share = -(-batch_size // replicas)
@@ -555,6 +559,14 @@ def distributed_inference(model, strategy, batch_size):
 
             cache[key] = run
     return cache[key]
+
+
+def any_batch_and_width(value):
+    """The spec of a batch's feature (numpy [n, ...]) with its batch axis, and the width (the last axis) of a
+    per-position feature (rank >= 2, as `crop` cuts them), unknown: the batches of every bucket match it."""
+    from xlnet_tf.data import chunked
+
+    return chunked.any_count(value, (0, -1) if np.ndim(value) >= 2 else (0,))
 
 
 def read_eval_data(finetune_config, path, tokenizer, labeled=True, skip_bad_rows=False, id_column=None):
