@@ -91,12 +91,14 @@ def one_trace_per_structure(function, relax):
 def any_count(value, unknown_axes=(0,)):
     """The type spec of a tensor, ragged tensor or numpy argument with `unknown_axes` (default: the first, the
     examples) unknown; other values (and scalars) as they are."""
-    shape = getattr(value, "shape", None)
-    if shape is None or len(shape) == 0 or not isinstance(value, (tf.Tensor, tf.RaggedTensor, np.ndarray)):
+    if not isinstance(value, (tf.Tensor, tf.RaggedTensor, np.ndarray)) or (
+            isinstance(value, np.ndarray) and value.dtype == object):  # Python objects: tf.function's own rules
         return value
-    rank = len(shape)
-    shape = tf.TensorShape([None if axis in unknown_axes or axis - rank in unknown_axes else size
-                            for axis, size in enumerate(tf.TensorShape(shape).as_list())])
+    shape = tf.TensorShape(value.shape)
+    if shape.rank in (None, 0):
+        return value
+    shape = tf.TensorShape([None if axis in unknown_axes or axis - shape.rank in unknown_axes else size
+                            for axis, size in enumerate(shape.as_list())])
     if isinstance(value, tf.RaggedTensor):
         return tf.RaggedTensorSpec(shape, value.dtype, value.ragged_rank, value.row_splits.dtype)
     return tf.TensorSpec(shape, tf.as_dtype(value.dtype))
