@@ -101,14 +101,10 @@ def quick_only():
 @pytest.fixture(scope="module", autouse=True)
 def survivors_frozen():
     """After each test file (its module fixtures torn down first): one full garbage collection, then `gc.freeze()`,
-    so that later collections leave what survived alone. A worker runs some 35 files and keeps millions of objects
-    alive (3.5 million by the end of a run: models, traced functions, their graphs); every full collection walked
-    all of them, and a file that builds many graphs set off one after another: in a run with a collector probe,
-    63 s of test_export_precision's 86-s test went to collections, and in the run before it test_multi_label took
-    131 s and test_loss_scaling 76 s (27 s and 16 s alone in a fresh process). Frozen, the two workers' tests spent
-    40 s in collections instead of 135, and those two files took 23 s and 14 s. Only objects that outlived a full
-    collection are frozen (the collector would have kept them), and refcounting still frees them when their last
-    reference goes."""
+    so that later collections leave what survived alone. A worker keeps millions of objects alive by the end of a
+    run, and every full collection walked them all: files that build many graphs late in a run spent most of
+    their time collecting (docs/results.md, 2026-12-06). Only objects that outlived a full collection are frozen
+    (the collector would have kept them), and refcounting still frees them when their last reference goes."""
     yield
     gc.collect()
     gc.freeze()
