@@ -86,10 +86,14 @@ def add_head_bias(heads, bias):
 
 
 def _shape(tensor):
-    """Static dimensions where known, dynamic ones otherwise."""
+    """Static dimensions where known, dynamic ones otherwise (a `Shape` op only when some are unknown: in a traced
+    training step most shapes are static, and every op costs tracing and graph optimisation time)."""
     tensor = tf.convert_to_tensor(tensor)
+    static = tensor.shape.as_list()
+    if None not in static:
+        return static
     dynamic = tf.shape(tensor)
-    return [dim if dim is not None else dynamic[i] for i, dim in enumerate(tensor.shape.as_list())]
+    return [dim if dim is not None else dynamic[i] for i, dim in enumerate(static)]
 
 
 # Scores are masked and normalised in float32 whatever the compute dtype, so this cannot overflow.
