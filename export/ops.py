@@ -42,7 +42,7 @@ CORE_OPS = frozenset({
     # variables
     "VarHandleOp", "ReadVariableOp", "AssignVariableOp", "DisableCopyOnRead",
     # shapes, layout, indexing
-    "Shape", "Size", "Reshape", "ExpandDims", "Squeeze", "Pack", "ConcatV2", "StridedSlice", "Slice", "SplitV",
+    "Shape", "Size", "Reshape", "ExpandDims", "Squeeze", "Pack", "Unpack", "ConcatV2", "StridedSlice", "Slice", "SplitV",
     "Tile", "Transpose", "Fill", "ZerosLike", "OnesLike", "BroadcastTo", "Range", "Cast", "GatherV2", "GatherNd",
     "TensorScatterUpdate", "ScatterNd", "Where", "Cumsum", "Roll", "DenseBincount", "LowerBound", "UpperBound",
     # math (the encoder and heads; Relu / Erf for the "relu" / "gelu_exact" feed-forward activations)

@@ -112,8 +112,11 @@ class XLNetModel(keras.Model):
         )
         self.built = True
 
-    def _layer_bias(self, bias, layer):
-        return bias[layer] if self.config.untie_r else bias
+    def _per_layer(self, weight, stacked=True):
+        """Each layer's slice of a weight stacked over the layers (`stacked`), else the shared weight n_layer times:
+        one Unpack (and one Pack for its gradient) for every layer, where a slice per layer makes 4 graph nodes
+        and its gradient 5."""
+        return tf.unstack(weight, num=self.config.n_layer) if stacked else [weight] * self.config.n_layer
 
     def call(self, inputs, mems=None, training=False, return_attention=False, output_positions=None, mems_valid=None,
              memory_heads=None, position_heads=None, return_heads=False, detach_keys=False):
@@ -163,6 +166,10 @@ class XLNetModel(keras.Model):
                 query_valid=valid,
             )
 
+        untied = cfg.untie_r
+        content_biases, position_biases, segment_biases = (self._per_layer(bias, untied) for bias in (
+            self.r_w_bias, self.r_r_bias, self.r_s_bias))
+        segment_embeddings = self._per_layer(self.seg_embed)
         new_mems, attention, heads = [], [], []
         for i, block in enumerate(self.blocks):
             layer_mems = None if mems is None else mems[i]
@@ -183,10 +190,10 @@ class XLNetModel(keras.Model):
                 return_heads=return_heads,
                 detach_keys=detach_keys,
                 position_encoding=position_encoding,
-                content_bias=self._layer_bias(self.r_w_bias, i),
-                position_bias=self._layer_bias(self.r_r_bias, i),
-                segment_bias=self._layer_bias(self.r_s_bias, i),
-                segment_embedding=self.seg_embed[i],
+                content_bias=content_biases[i],
+                position_bias=position_biases[i],
+                segment_bias=segment_biases[i],
+                segment_embedding=segment_embeddings[i],
                 **stream_inputs,
                 **only_rows,
             )

@@ -194,12 +194,17 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             r_head = tf.cast(position_heads, dtype)[:, :, -_shape(position_encoding)[1]:]
         klen = _shape(k_head)[2]
         qlen = _shape(content)[1]
-        biases = [tf.cast(b, dtype)[:, None, :] if b is not None else None
-                  for b in (content_bias, position_bias, segment_bias)]  # [N, 1, H]: broadcast over B and T
+        # [N, 1, H]: broadcast over B and T. (ExpandDims rather than `[:, None]` here and below: 2 graph nodes, and
+        # a Reshape for a gradient, where a strided slice makes 4 and a StridedSliceGrad of 5.)
+        biases = [tf.expand_dims(tf.cast(b, dtype), 1) if b is not None else None
+                  for b in (content_bias, position_bias, segment_bias)]
         # Only the difference of the two segment embeddings matters: the same-segment score is a constant along
         # each query's row, which the softmax ignores.
-        segment_change = None if segment_embedding is None else tf.cast(
-            segment_embedding[1] - segment_embedding[0], dtype)  # [N, H]
+        if segment_embedding is None:
+            segment_change = None
+        else:
+            same, different = tf.unstack(segment_embedding, num=2)
+            segment_change = tf.cast(different - same, dtype)  # [N, H]
 
         def attend(q_head, shift, blocked, segment_different, seed, keep_probs=False):
             def scores_to_vectors(operands):
@@ -287,13 +292,13 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         scores = tf.matmul(add_head_bias(q_head, content_bias), k_head, transpose_b=True) + position_scores
         if segment_change is not None and segment_different is not None:
             # [B, N, Q, H] x [N, H, 1]: a batched matrix-vector product (faster than the einsum "bnqh,nh->bnq").
-            change = tf.matmul(add_head_bias(q_head, segment_bias), segment_change[:, :, None])
-            scores += change * tf.cast(segment_different, scores.dtype)[:, None]
+            change = tf.matmul(add_head_bias(q_head, segment_bias), tf.expand_dims(segment_change, 2))
+            scores += change * tf.expand_dims(tf.cast(segment_different, scores.dtype), 1)
         # Softmax in float32 so that masking and normalisation are exact in bfloat16 / float16 as well.
         scores = tf.cast(scores, tf.float32) * (1.0 / self.d_head**0.5)
         # Added, as the original does, rather than selected: -1e30 absorbs any score (the same result), and
         # the backward pass needs no select over [B, N, Q, K].
-        scores += tf.where(blocked, MASKED_SCORE, 0.0)[:, None]
+        scores += tf.expand_dims(tf.where(blocked, MASKED_SCORE, 0.0), 1)
         probs = tf.cast(tf.nn.softmax(scores, axis=-1), q_head.dtype)
         dropped = self.attention_dropout(probs, training=training, seed=seed)
         return tf.matmul(dropped, v_head), probs if return_probs else None
