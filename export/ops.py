@@ -42,9 +42,10 @@ CORE_OPS = frozenset({
     # variables
     "VarHandleOp", "ReadVariableOp", "AssignVariableOp", "DisableCopyOnRead",
     # shapes, layout, indexing
-    "Shape", "Size", "Reshape", "ExpandDims", "Squeeze", "Pack", "Unpack", "ConcatV2", "StridedSlice", "Slice", "SplitV",
-    "Tile", "Transpose", "Fill", "ZerosLike", "OnesLike", "BroadcastTo", "Range", "Cast", "GatherV2", "GatherNd",
-    "TensorScatterUpdate", "ScatterNd", "Where", "Cumsum", "Roll", "DenseBincount", "LowerBound", "UpperBound",
+    "Shape", "Size", "Reshape", "ExpandDims", "Squeeze", "Pack", "Unpack", "ConcatV2", "StridedSlice", "Slice",
+    "SplitV", "Tile", "Transpose", "Fill", "ZerosLike", "OnesLike", "BroadcastTo", "Range", "Cast", "GatherV2",
+    "GatherNd", "TensorScatterUpdate", "ScatterNd", "Where", "Cumsum", "Roll", "DenseBincount", "LowerBound",
+    "UpperBound",
     # math (the encoder and heads; Relu / Erf for the "relu" / "gelu_exact" feed-forward activations)
     "Abs", "AddV2", "Sub", "Mul", "RealDiv", "FloorDiv", "FloorMod", "Maximum", "Minimum", "Neg", "Pow",
     "Rsqrt", "SquaredDifference", "Sin", "Cos", "Tanh", "Sigmoid", "Relu", "Erf", "Softmax", "LogSoftmax",
