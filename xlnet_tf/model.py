@@ -166,8 +166,7 @@ class XLNetModel(keras.Model):
                 query_valid=valid,
             )
 
-        untied = cfg.untie_r
-        content_biases, position_biases, segment_biases = (self._per_layer(bias, untied) for bias in (
+        content_biases, position_biases, segment_biases = (self._per_layer(bias, cfg.untie_r) for bias in (
             self.r_w_bias, self.r_r_bias, self.r_s_bias))
         segment_embeddings = self._per_layer(self.seg_embed)
         new_mems, attention, heads = [], [], []

@@ -81,11 +81,10 @@ class XLNetAdamW(keras.optimizers.AdamW):
         return self._factors.get(self._var_key(variable), 1.0)
 
     def apply(self, grads, trainable_variables=None):
-        self._shared = {}
         try:
             return super().apply(grads, trainable_variables)
         finally:
-            self._shared = {}
+            self._shared = {}  # `_step_scalars`' tensors belong to this call's graphs only
 
     def _step_scalars(self, learning_rate, variable):
         """(learning rate, weight decay, Adam's two bias corrections, beta_1, beta_2, epsilon) in `variable`'s
