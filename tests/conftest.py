@@ -14,15 +14,21 @@ def _threads_per_worker():
     return str(max(1, (os.cpu_count() or 1) // workers))
 
 
-# TensorFlow sizes its inter-op thread pool to every core of the machine in every process, and its idle pool threads
-# spin; with one test process per core (and the processes the tests start, which inherit this) they take turns
-# the other process needs. Measured on 2 cores (AMD EPYC, AVX2), tests/test_export.py and tests/test_packing.py side
-# by side: 156 s and 154 s with the default pools, 140 s and 127 s with one inter-op thread each (one intra-op
-# thread as well: 136 s and 128 s, but a test running alone then uses one core, so the intra-op pool keeps its
-# default). Only in xdist's workers (the controller runs no TensorFlow, and what it set would reach the workers as
-# a user's); a value already set wins.
+# TensorFlow sizes its thread pools to every core of the machine in every process. With one test process per core
+# (and the processes the tests start, which inherit this) the machine runs twice the threads it has cores, and a
+# process's threads spin and wait for each other while the other process holds the core they need. Each xdist
+# worker (and what it starts) therefore gets the pools of the cores it owns: one inter-op and one intra-op thread
+# per worker on 2 cores. Measured on 2 cores (AMD EPYC, AVX-512; docs/results.md, 2026-12-06): two training-heavy
+# files side by side (tests/test_finetuning.py's classification and regression, tests/test_long_documents.py),
+# 89-92 s and 108-117 s with the default intra-op pool, 76 s and 94-102 s with one intra-op thread each, and less
+# CPU time (user 90-94 and 85-89 s against 78-82 and 77-82 s). (Earlier, on an AVX2 machine, test_export.py and
+# test_packing.py: 156 and 154 s with the default pools, 140 and 127 s with one inter-op thread.) A test that
+# runs alone at the end of a run uses one core. Only in xdist's workers (the controller runs no TensorFlow, and what
+# it set would reach the workers as a user's; a file run with `-n 0` keeps TensorFlow's defaults); a value already
+# set wins.
 if "PYTEST_XDIST_WORKER" in os.environ:
     os.environ.setdefault("TF_NUM_INTEROP_THREADS", _threads_per_worker())
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", _threads_per_worker())
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
