@@ -22,10 +22,10 @@ def _threads_per_worker():
 # files side by side (tests/test_finetuning.py's classification and regression, tests/test_long_documents.py),
 # 89-92 s and 108-117 s with the default intra-op pool, 76 s and 94-102 s with one intra-op thread each, and less
 # CPU time (user 90-94 and 85-89 s against 78-82 and 77-82 s). (Earlier, on an AVX2 machine, test_export.py and
-# test_packing.py: 156 and 154 s with the default pools, 140 and 127 s with one inter-op thread.) A test that
-# runs alone at the end of a run uses one core. Only in xdist's workers (the controller runs no TensorFlow, and what
-# it set would reach the workers as a user's; a file run with `-n 0` keeps TensorFlow's defaults); a value already
-# set wins.
+# test_packing.py: 156 and 154 s with the default pools, 140 and 127 s with one inter-op thread, 136 and 128 s with
+# one intra-op thread as well: files that train little.) A test that runs alone at the end of a run uses one core.
+# Only in xdist's workers (the controller runs no TensorFlow, and what it set would reach the workers as a user's; a
+# file run with `-n 0` keeps TensorFlow's defaults); a value already set wins.
 if "PYTEST_XDIST_WORKER" in os.environ:
     os.environ.setdefault("TF_NUM_INTEROP_THREADS", _threads_per_worker())
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", _threads_per_worker())
