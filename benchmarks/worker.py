@@ -13,9 +13,10 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import resource
 import sys
 import traceback
+
+from xlnet_tf import hardware
 
 RESULT_PREFIX = "BENCHMARK_RESULT "
 # Imported before the baseline memory reading, so that their size does not count as the case's.
@@ -26,19 +27,6 @@ FRAMEWORKS = {
     "model-garden": ("tensorflow", "tf_keras", "official.nlp.modeling.networks", "official.nlp.modeling.models"),
     "transformers": ("torch", "transformers"),
 }
-
-
-def resident_mb():
-    """Current resident set size of this process, MB (Linux /proc)."""
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def peak_resident_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
 
 
 def runner(case):
@@ -101,7 +89,7 @@ def measure_case(case_dict):
             importlib.import_module(module)
     except ImportError as error:
         return {"status": "missing", "error": f"{error}"}
-    baseline = resident_mb()
+    baseline = hardware.resident_mb()
     try:
         result = runner(case)(case)
     except ReferenceMissing as error:
@@ -111,7 +99,9 @@ def measure_case(case_dict):
     except Exception as error:  # reported in the table; the suite goes on with the next case
         traceback.print_exc()
         return {"status": "failed", "error": f"{type(error).__name__}: {error}"}
-    return {"status": "ok", "peak_mb": peak_resident_mb() - baseline, **result}
+    peak = hardware.peak_resident_mb()
+    return {"status": "ok", "peak_mb": float("nan") if peak is None or baseline is None else peak - baseline,
+            **result}
 
 
 def measure_matmul(size, iterations=10):

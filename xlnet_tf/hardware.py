@@ -100,7 +100,8 @@ def precision_policy(mixed_precision, strategy=None, flags=_READ):
 def peak_memory_mb(strategy=None):
     """Peak memory since the last call, for the training log: {"peak_device_memory_mb": ...} (the largest of the
     strategy's GPUs / TPUs, from TensorFlow's memory info, whose peak is then reset) or, on a CPU-only run,
-    {"peak_host_memory_mb": ...} (this process's peak resident size so far). Empty when neither can be read."""
+    {"peak_host_memory_mb": ...} (this process's peak resident size so far, `peak_resident_mb`). Empty when
+    neither can be read."""
     import tensorflow as tf
 
     devices = [device.rsplit("device:", 1)[-1] for device in accelerators(strategy)]
@@ -115,8 +116,36 @@ def peak_memory_mb(strategy=None):
         return {"peak_device_memory_mb": max(peaks) / 2**20}
     if devices:
         return {}
+    peak = peak_resident_mb()
+    return {} if peak is None else {"peak_host_memory_mb": peak}
+
+
+def _status_mb(field):
+    """A size field of /proc/self/status ("VmRSS", "VmHWM") in MB; None where it cannot be read (not Linux)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return None
+
+
+def resident_mb():
+    """This process's resident size now, MB; None where it cannot be read."""
+    return _status_mb("VmRSS")
+
+
+def peak_resident_mb():
+    """This process's peak resident size so far, MB: the peak of its own memory (VmHWM), not getrusage's
+    ru_maxrss, which a program inherits across exec from the process that started it (a command started by a
+    6 GB test process reported 6 GB); ru_maxrss where /proc cannot be read; None on neither."""
+    peak = _status_mb("VmHWM")
+    if peak is not None:
+        return peak
     try:
         import resource
     except ImportError:  # not a Unix
-        return {}
-    return {"peak_host_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # KiB on Linux
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
