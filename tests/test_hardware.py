@@ -95,7 +95,6 @@ def test_peak_memory_reads_accelerators_then_resets_them(monkeypatch):
     assert set(cpu) == {"peak_host_memory_mb"} and cpu["peak_host_memory_mb"] > 50
 
 
-
 CHILD_PEAKS = """
 import json, resource
 from xlnet_tf import hardware
