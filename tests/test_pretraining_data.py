@@ -230,30 +230,25 @@ def test_deterministic_for_a_seed(work, corpus, spm_model, data_bi):
 
 
 MEMORY_SCRIPT = textwrap.dedent("""
-    import json, os, resource, sys, time
+    import json, os, sys, time
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
     from xlnet_tf.data.pretraining import create_pretraining_data
     import tensorflow as tf
+    from xlnet_tf.hardware import peak_resident_mb, resident_mb
     from xlnet_tf.tokenization import XLNetTokenizer
     corpus, spm_model, out = sys.argv[1:4]
     # The tokenizer's process-wide Unicode tables (~120 MB, built once per process) are not the data's.
     XLNetTokenizer(spm_model).encode(["warm up"])
 
-    def status(field):  # kB
-        for line in open("/proc/self/status"):
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-
     try:  # reset the peak (VmHWM) to the current RSS, so the peak below is the call's own
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        before, peak = status("VmRSS"), lambda: status("VmHWM")
+        before = resident_mb()
     except OSError:  # no reset: growth over the peak of the imports (a lower bound)
-        before, peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, lambda: resource.getrusage(
-            resource.RUSAGE_SELF).ru_maxrss
+        before = peak_resident_mb()
     began = time.perf_counter()
     summary = create_pretraining_data([corpus], spm_model, out, seq_len=128, reuse_len=64, progress=False)
-    print("RESULT " + json.dumps({"growth_mb": (peak() - before) / 1024, "seconds": time.perf_counter() - began,
+    print("RESULT " + json.dumps({"growth_mb": peak_resident_mb() - before, "seconds": time.perf_counter() - began,
                                   "tokens": summary["tokens"], "records": summary["num_records"]}))
 """)
 
