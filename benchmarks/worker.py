@@ -1,7 +1,7 @@
 """Runs one benchmark case (or the matmul peak) in this process and prints its result as one JSON line.
 
     python -m xlnet_tf.benchmarks.worker '{"implementation": "xlnet-tf", "task": "inference", ...}'
-    python -m xlnet_tf.benchmarks.worker --matmul 2048
+    python -m xlnet_tf.benchmarks.worker --matmul 2048 [float32,bfloat16]
 
 Each case gets a fresh process, so frameworks do not share thread pools or allocators and the peak resident
 memory of the process is the case's own: it is reported as the growth over the resident size measured after
@@ -104,15 +104,16 @@ def measure_case(case_dict):
             **result}
 
 
-def measure_matmul(size, iterations=10):
-    """GFLOP/s of a size x size matmul in TensorFlow, float32 and bfloat16 (median of `iterations`)."""
+def measure_matmul(size, iterations=10, precisions=None):
+    """GFLOP/s of a size x size matmul in TensorFlow in each of `precisions` (dtype names; None: every one of
+    the step cases', float32 and bfloat16), the median of `iterations` -> {"gflops": {precision: GFLOP/s}, ...}."""
     import numpy as np
     import tensorflow as tf
 
-    from xlnet_tf.benchmarks.common import time_iterations
+    from xlnet_tf.benchmarks.common import PRECISIONS, time_iterations
 
     peaks = {}
-    for dtype in (tf.float32, tf.bfloat16):
+    for dtype in (tf.as_dtype(precision) for precision in precisions or PRECISIONS):
         a = tf.cast(tf.random.stateless_normal([size, size], seed=[1, 2]), dtype)
         b = tf.cast(tf.random.stateless_normal([size, size], seed=[3, 4]), dtype)
         matmul = tf.function(lambda x, y: tf.reduce_sum(tf.matmul(x, y)))  # a scalar out: no copy timed
@@ -125,7 +126,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if argv and argv[0] == "--matmul":
-        result = measure_matmul(int(argv[1]) if len(argv) > 1 else 2048)
+        size = int(argv[1]) if len(argv) > 1 else 2048
+        result = measure_matmul(size, precisions=argv[2].split(",") if len(argv) > 2 else None)
     else:
         result = measure_case(json.loads(argv[0]))
     sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")

@@ -31,11 +31,13 @@ SMALL = {"n_token": 50, "d_model": 8, "n_layer": 2, "n_head": 2, "d_head": 4, "d
 
 
 def measure_in_this_process(arguments, timeout):
-    """`suite.run_worker` without the worker process (no start-up): a 64x64 matmul peak, or the case measured
-    here."""
+    """`suite.run_worker` without the worker process (no start-up): a 64x64 matmul peak in the precisions asked
+    for, or the case measured here."""
     from xlnet_tf.benchmarks.worker import measure_case, measure_matmul
 
-    return measure_matmul(64, 1) if arguments[0] == "--matmul" else measure_case(json.loads(arguments[0]))
+    if arguments[0] == "--matmul":
+        return measure_matmul(64, 1, arguments[2].split(","))
+    return measure_case(json.loads(arguments[0]))
 
 
 def small_case(task, **changes):
@@ -151,6 +153,30 @@ def test_length_histogram_and_sampler():
     assert ids.min() >= 10 and ids.max() < SMALL["n_token"] and set(labels.tolist()) == {0, 1}
     again, _ = length_examples(case)
     assert all(np.array_equal(a, b) for a, b in zip(sentences, again))
+
+
+def test_the_matmul_peak_is_measured_in_the_precisions_the_cases_run():
+    """A run measures the 2048x2048 matmul peak only in the precisions its rows divide by: without bfloat16
+    cases, no bfloat16 peak (on an AVX2-only CPU, which emulates bfloat16, it takes about 5x the float32 one).
+    The default plan, which has bfloat16 cases, still measures both, as before."""
+    from xlnet_tf.benchmarks.worker import measure_matmul
+
+    plans = {"default": BenchmarkOptions(), "--precisions float32": BenchmarkOptions(precisions=("float32",)),
+             "--precisions bfloat16 --tasks inference --implementations xlnet-tf": BenchmarkOptions(
+                 precisions=("bfloat16",), tasks=("inference",), implementations=("xlnet-tf",)),
+             "--tasks serving": BenchmarkOptions(tasks=("serving",))}
+    want = {"default": ["float32", "bfloat16"], "--precisions float32": ["float32"],
+            "--precisions bfloat16 --tasks inference --implementations xlnet-tf": ["bfloat16"],
+            "--tasks serving": ["float32"]}
+    for name, options in plans.items():
+        got = suite.peak_precisions(plan_cases(options))
+        print(f"{name}: peaks measured {got} (bound {want[name]})")
+        assert got == want[name]
+    for precisions, keys in ((["float32"], ["float32"]), (None, ["float32", "bfloat16"])):
+        measured = measure_matmul(64, 1, precisions)
+        print(f"measure_matmul(64, precisions={precisions}): {sorted(measured['gflops'])} (bound {sorted(keys)}), "
+              f"GFLOP/s {measured['gflops']} (bound > 0)")
+        assert sorted(measured["gflops"]) == sorted(keys) and min(measured["gflops"].values()) > 0
 
 
 def test_plan_cases_defaults():
@@ -442,6 +468,9 @@ def test_cli_end_to_end(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     rows = {(r["implementation"], r["task"], r.get("padding", "")): r for r in results["rows"]}
+    peaks = results["matmul_peak_gflops"]
+    print(f"matmul peaks {peaks} (bound: float32 alone, > 0; the run has float32 cases only)")
+    assert list(peaks) == ["float32"] and peaks["float32"] > 0
     torch = "ok" if importlib.util.find_spec("torch") and importlib.util.find_spec("transformers") else "missing"
     print(f"rows {[(*key, r['status']) for key, r in rows.items()]} (bound transformers {torch}, the others ok)")
     assert len(rows) == len(results["rows"]) == 2 + len(LENGTH_CASES)
