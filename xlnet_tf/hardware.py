@@ -137,15 +137,21 @@ def resident_mb():
     return _status_mb("VmRSS")
 
 
+_PEAK_READ_MB = [0.0]  # the largest peak `peak_resident_mb` has read in this process
+
+
 def peak_resident_mb():
     """This process's peak resident size so far, MB: the peak of its own memory (VmHWM), not getrusage's
     ru_maxrss, which a program inherits across exec from the process that started it (a command started by a
-    6 GB test process reported 6 GB); ru_maxrss where /proc cannot be read; None on neither."""
+    6 GB test process reported 6 GB); ru_maxrss where /proc cannot be read; None on neither. Never less than
+    an earlier call's answer: Linux updates VmHWM lazily (it is the larger of a high-water mark kept at unmaps
+    and the resident size now), so after memory is given back without an unmap it can read lower than it did."""
     peak = _status_mb("VmHWM")
-    if peak is not None:
-        return peak
-    try:
-        import resource
-    except ImportError:  # not a Unix
-        return None
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    if peak is None:
+        try:
+            import resource
+        except ImportError:  # not a Unix
+            return None
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    _PEAK_READ_MB[0] = max(_PEAK_READ_MB[0], peak)
+    return _PEAK_READ_MB[0]
