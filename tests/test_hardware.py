@@ -95,15 +95,17 @@ def test_peak_memory_reads_accelerators_then_resets_them(monkeypatch):
     assert set(cpu) == {"peak_host_memory_mb"} and cpu["peak_host_memory_mb"] > 50
 
 
-def test_the_peak_never_reads_lower_than_before(monkeypatch):
+def test_the_logged_host_peak_never_reads_lower_than_before(monkeypatch):
     """VmHWM can read lower than it did (Linux keeps it lazily: the larger of a high-water mark updated at unmaps and
-    the resident size now); a clean-clone run's training log went 4195.734 -> 4195.703 MB between two lines. The
-    peak read here is the largest read so far in the process. Readings as the kernel gave them in that run."""
+    the resident size now); a clean-clone run's pretraining log went 4195.734 -> 4195.703 MB between two lines and
+    test_pretraining's check that the log's peaks never decrease failed. The log's host peak is the largest read so
+    far in the process. Readings as the kernel gave them in that run."""
     readings = iter([4195.734375, 4195.703125, 4196.0])
-    monkeypatch.setattr(hardware, "_status_mb", lambda field: next(readings))
-    monkeypatch.setattr(hardware, "_PEAK_READ_MB", [0.0])
-    peaks = [hardware.peak_resident_mb() for _ in range(3)]
-    print(f"VmHWM read 4195.734, 4195.703, 4196.0 -> peaks {peaks} (bound [4195.734375, 4195.734375, 4196.0])")
+    monkeypatch.setattr(hardware, "peak_resident_mb", lambda: next(readings))
+    monkeypatch.setattr(hardware, "_HOST_PEAK_LOGGED_MB", [0.0])
+    cpu = FakeStrategy("/job:localhost/replica:0/task:0/device:CPU:0")
+    peaks = [hardware.peak_memory_mb(cpu)["peak_host_memory_mb"] for _ in range(3)]
+    print(f"VmHWM read 4195.734, 4195.703, 4196.0 -> logged {peaks} (bound [4195.734375, 4195.734375, 4196.0])")
     assert peaks == [4195.734375, 4195.734375, 4196.0]
 
 

@@ -97,11 +97,14 @@ def precision_policy(mixed_precision, strategy=None, flags=_READ):
     return "mixed_bfloat16"
 
 
+_HOST_PEAK_LOGGED_MB = [0.0]  # the largest host peak `peak_memory_mb` has returned in this process
+
+
 def peak_memory_mb(strategy=None):
     """Peak memory since the last call, for the training log: {"peak_device_memory_mb": ...} (the largest of the
     strategy's GPUs / TPUs, from TensorFlow's memory info, whose peak is then reset) or, on a CPU-only run,
-    {"peak_host_memory_mb": ...} (this process's peak resident size so far, `peak_resident_mb`). Empty when
-    neither can be read."""
+    {"peak_host_memory_mb": ...} (this process's peak resident size so far, `peak_resident_mb`, never less than
+    an earlier call's). Empty when neither can be read."""
     import tensorflow as tf
 
     devices = [device.rsplit("device:", 1)[-1] for device in accelerators(strategy)]
@@ -117,7 +120,10 @@ def peak_memory_mb(strategy=None):
     if devices:
         return {}
     peak = peak_resident_mb()
-    return {} if peak is None else {"peak_host_memory_mb": peak}
+    if peak is None:
+        return {}
+    _HOST_PEAK_LOGGED_MB[0] = max(_HOST_PEAK_LOGGED_MB[0], peak)  # never lower than a line before (see there)
+    return {"peak_host_memory_mb": _HOST_PEAK_LOGGED_MB[0]}
 
 
 def _status_mb(field):
@@ -137,21 +143,17 @@ def resident_mb():
     return _status_mb("VmRSS")
 
 
-_PEAK_READ_MB = [0.0]  # the largest peak `peak_resident_mb` has read in this process
-
-
 def peak_resident_mb():
     """This process's peak resident size so far, MB: the peak of its own memory (VmHWM), not getrusage's
     ru_maxrss, which a program inherits across exec from the process that started it (a command started by a
-    6 GB test process reported 6 GB); ru_maxrss where /proc cannot be read; None on neither. Never less than
-    an earlier call's answer: Linux updates VmHWM lazily (it is the larger of a high-water mark kept at unmaps
-    and the resident size now), so after memory is given back without an unmap it can read lower than it did."""
+    6 GB test process reported 6 GB); ru_maxrss where /proc cannot be read; None on neither. Linux keeps VmHWM
+    lazily (the larger of a high-water mark updated at unmaps and the resident size now), so a later reading can
+    be a little lower; `peak_memory_mb` keeps the training log's never decreasing."""
     peak = _status_mb("VmHWM")
-    if peak is None:
-        try:
-            import resource
-        except ImportError:  # not a Unix
-            return None
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    _PEAK_READ_MB[0] = max(_PEAK_READ_MB[0], peak)
-    return _PEAK_READ_MB[0]
+    if peak is not None:
+        return peak
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
