@@ -122,7 +122,7 @@ def peak_memory_mb(strategy=None):
     peak = peak_resident_mb()
     if peak is None:
         return {}
-    _HOST_PEAK_LOGGED_MB[0] = max(_HOST_PEAK_LOGGED_MB[0], peak)  # never lower than a line before (see there)
+    _HOST_PEAK_LOGGED_MB[0] = max(_HOST_PEAK_LOGGED_MB[0], peak)  # VmHWM can read lower: `peak_resident_mb`
     return {"peak_host_memory_mb": _HOST_PEAK_LOGGED_MB[0]}
 
 
