@@ -44,7 +44,8 @@ TOUR = ["tokenizer-and-data.md", "pretraining.md", "generation.md", "weights.md"
 # Guides without a "Try it", and why.
 NOT_RUN = {
     "cloud-tpu.md": "needs a Cloud TPU and a gs:// bucket; its commands are the other guides' with --strategy tpu "
-                    "(the TPU strategy is tested in tests/test_strategies_tpu.py)",
+                    "(no TPU runs here: what a TPU compiles, the whole step under XLA, is run on CPU by "
+                    "tests/test_pretraining.py, tests/test_buckets.py and tests/test_packing.py with --jit-compile)",
     "fine-tuning/index.md": "the overview of the task pages; its recipe is classification's, run there",
     "fine-tuning/batching.md": "explains --bucket-boundaries and --packing, whose defaults (auto) every "
                                "fine-tuning run above uses",
@@ -232,6 +233,9 @@ def test_every_guide_runs_its_try_it_or_says_why_not():
                   guide in TOUR and len(blocks) >= 1)
     check("the tour names only guides that exist", sorted(set(TOUR) - set(every_guide())), "[]",
           set(TOUR) <= set(every_guide()))
+    named = sorted({path for reason in NOT_RUN.values() for path in re.findall(r"tests/\w+\.py", reason)})
+    missing = [path for path in named if not os.path.exists(os.path.join(ROOT, path))]
+    check(f"test files the reasons name ({len(named)}) that do not exist", missing, "[]", not missing)
 
 
 def _lines(path):
