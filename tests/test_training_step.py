@@ -92,6 +92,33 @@ def finetuning_trainer(model_dir):
     return trainer, len(strata.widths)
 
 
+@pytest.fixture
+def autograph_conversions(monkeypatch):
+    """The project's functions autograph converts while the test runs -> a list the test reads at its end.
+
+    Every function autograph converts goes through `converted_call` (a `tf.function` traced with autograph,
+    `strategy.run` and `tf.data`'s map each call it with the user's function; cached conversions too). Nothing
+    in the project needs autograph: its loops are `tf.while_loop`s and its branches `tf.cond`s, and each
+    conversion costs a cold process tenths of a second (a cold 10-step fine-tune: about 1 s of its 9)."""
+    from tensorflow.python.autograph.impl import api
+
+    converted, original = [], api.converted_call
+
+    def spy(f, args, kwargs, caller_fn_scope=None, options=None):
+        module = getattr(f, "__module__", None) or ""
+        if module.split(".")[0] in ("xlnet_tf", "export", "serving"):
+            converted.append(f"{module}.{getattr(f, '__qualname__', f)}")
+        return original(f, args, kwargs, caller_fn_scope, options)
+
+    monkeypatch.setattr(api, "converted_call", spy)
+    return converted
+
+
+def check_nothing_converted(converted, what):
+    print(f"{what}: functions of the project autograph converted {sorted(set(converted))} (bound none)")
+    assert not converted
+
+
 class Calls:
     """Counts the host loop's `strategy.run` / `strategy.reduce` calls and records the size (number of tensors) of
     every replica-context all-reduce, while the step is traced."""
@@ -173,7 +200,7 @@ def check_one_compiled_step(trainer, monkeypatch, what, trained, accum):
     return inside
 
 
-def test_pretraining_step_is_one_strategy_run_and_one_xla_function(tmp_path, monkeypatch):
+def test_pretraining_step_is_one_strategy_run_and_one_xla_function(tmp_path, monkeypatch, autograph_conversions):
     """Two streams, memory carried between the 2 micro-batches of a step, dropout on."""
     trainer = pretraining_trainer(tmp_path / "m")
     trained = len(trainer.model.trainable_variables)
@@ -182,15 +209,64 @@ def test_pretraining_step_is_one_strategy_run_and_one_xla_function(tmp_path, mon
     print(f"pretraining, dropout 0.1: random draws (the masks) inside the compiled step {draws} (bound > 0; none "
           f"outside it, nor writes to the seed states)")
     assert draws > 0
+    check_nothing_converted(autograph_conversions, "pretraining, the memory's start and the compiled step")
 
 
-def test_finetuning_step_over_length_parts_is_one_strategy_run_and_one_xla_function(tmp_path, monkeypatch):
+def test_finetuning_step_over_length_parts_is_one_strategy_run_and_one_xla_function(tmp_path, monkeypatch,
+                                                                                   autograph_conversions):
     trainer, parts = finetuning_trainer(tmp_path / "f")
     # mask_emb (the query stream's) gets no gradient when fine-tuning: the step leaves it alone.
     trained = len(trainer.model.trainable_variables) - 1
     print(f"fine-tuning batches: {parts} length parts each (bound >= 2)")
     assert parts >= 2
     check_one_compiled_step(trainer, monkeypatch, "fine-tuning", trained, accum=1)
+    check_nothing_converted(autograph_conversions, "fine-tuning over length parts, compiled")
+
+
+def test_packed_steps_inference_and_generation_convert_nothing_with_autograph(tmp_path, autograph_conversions):
+    """The paths the compiled steps above do not take: a packed fine-tuning input (its layouts and its map), the
+    step without XLA, inference on one device, and generation's decoding loop."""
+    import keras
+
+    from xlnet_tf.config import RunOptions
+    from xlnet_tf.data import buckets, packing
+    from xlnet_tf.data import graph_features as gf
+    from xlnet_tf.decoding import GenerationOptions, generate_ids
+    from xlnet_tf.heads import classification_loss
+    from xlnet_tf.model import XLNetPretrainer
+    from xlnet_tf.tasks import build_head_model
+    from xlnet_tf.training.finetune import INPUTS, LABELS, TaskInput, distributed_inference
+    from xlnet_tf.training.loop import Trainer, TrainingOptions
+
+    rng = np.random.default_rng(4)
+    lengths = np.minimum(rng.geometric(0.15, size=32), 24)
+    ids = tf.ragged.constant([rng.integers(9, 64, size=n).tolist() for n in lengths], dtype=tf.int32,
+                             row_splits_dtype=tf.int64)
+    features = {k: np.asarray(v) for k, v in gf.classification_inputs(ids, None, 24).items()}
+    features["label_ids"] = (features["length"] % 2).astype(np.int32)
+    plan = buckets.training_plan(buckets.stratify(features["length"], 8, 24, "none"), 8, seed=3)
+    sequences = packing.sequence_lengths(features)
+    packed = packing.packed_plan(plan, sequences, packing.choose_width(sequences, 24))
+    inputs = TaskInput(features, INPUTS["classification"] + LABELS["classification"], "classification", plan, packed)
+    keras.utils.set_random_seed(2)
+    build = lambda: build_head_model("classification", tiny_config(n_layer=1),  # noqa: E731
+                                     RunOptions(dropout=0.1, dropatt=0.1), num_labels=2)
+    trainer = Trainer(tf.distribute.OneDeviceStrategy("/cpu:0"), build, classification_loss, None,
+                      TrainingOptions(train_steps=2, batch_size=8, learning_rate=1e-3), tmp_path / "p", inputs=inputs)
+    loss = float(trainer.run_steps(trainer.data_iterator(), trainer.initial_mems(), 2)[0])
+    print(f"2 packed steps ({packed.shape.rows} rows of {packed.shape.width}) without XLA: loss {loss:.3f} (bound "
+          f"finite)")
+    assert np.isfinite(loss)
+    rows = {k: features[k][:5] for k in INPUTS["classification"]}
+    logits = distributed_inference(trainer.model, None, 0)(rows)["logits"]
+    print(f"inference on one device: logits {logits.shape} (bound (5, 2))")
+    assert logits.shape == (5, 2)
+    pretrainer = XLNetPretrainer(tiny_config(n_layer=1), RunOptions(dropout=0.0, dropatt=0.0))
+    out = generate_ids(pretrainer, np.array([[11, 12, 13], [0, 14, 15]], np.int32),
+                       np.array([[1, 1, 1], [0, 1, 1]], np.int32), GenerationOptions(max_new_tokens=2))
+    print(f"generation: {out['tokens'].shape} tokens (bound (2, 2))")
+    assert out["tokens"].shape == (2, 2)
+    check_nothing_converted(autograph_conversions, "packed steps, inference and generation")
 
 
 def test_two_mirrored_replicas(tmp_path):

@@ -264,7 +264,8 @@ def generate_ids(pretrainer, prompt_ids, prompt_mask=None, options=None, seeds=N
                 seeds=seeds, stop_ids=stop_ids, memory_window=options.memory_window),
             input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2 + [spec(tf.float32), spec(tf.int32),
                                                                           spec(tf.float32), spec(tf.int64),
-                                                                          spec(tf.int32)])
+                                                                          spec(tf.int32)],
+            autograph=False)
     out = functions[key](ids, mask, np.full([batch], options.temperature, np.float32),
                          np.full([batch], options.top_k, np.int32), np.full([batch], options.top_p, np.float32),
                          seeds.astype(np.int64), np.asarray(options.stop_ids or (), np.int32))

@@ -113,8 +113,8 @@ def layouts(lengths, width):
     if width not in _LAYOUTS:  # traced once for any number of groups and sequences
         from xlnet_tf.data.chunked import any_count, one_trace_per_structure
 
-        _LAYOUTS[width] = one_trace_per_structure(tf.function(lambda x: first_fit_decreasing(x, width)),
-                                                  lambda x: any_count(x, (0, 1)))
+        _LAYOUTS[width] = one_trace_per_structure(
+            tf.function(lambda x: first_fit_decreasing(x, width), autograph=False), lambda x: any_count(x, (0, 1)))
     return {k: v.numpy() for k, v in _LAYOUTS[width](tf.constant(lengths, tf.int32)).items()}
 
 

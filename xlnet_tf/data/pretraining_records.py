@@ -212,7 +212,8 @@ def pretraining_dataset(data_dir, batch_size, options: sampling.SamplingOptions,
         out["is_next"] = tf.cast(example["is_next"][0], tf.int32)
         return out
 
-    dataset = dataset.map(features, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = dataset.map(tf.autograph.experimental.do_not_convert(features), num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=True)
     dataset = dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
     dataset_options = tf.data.Options()
     dataset_options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

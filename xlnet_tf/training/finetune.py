@@ -227,6 +227,7 @@ class TaskInput:
         if self.packed is not None:
             packed = self.packed
 
+            @tf.autograph.experimental.do_not_convert  # tf.data would convert it, and nothing needs it
             def pack(examples, row, offset, slot):
                 batch = {k: tf.gather(table, examples) for k, table in tables.items()}
                 return packing.pack_rows(batch, row, offset, slot, packed.shape)
@@ -237,6 +238,7 @@ class TaskInput:
         for batches, count in zip(plan.batches, plan.strata.counts):
             parts.append(mine(batches.reshape(len(batches), plan.replicas, count)))
 
+        @tf.autograph.experimental.do_not_convert
         def gather(*indices):
             return tuple(crop({k: tf.gather(table, rows) for k, table in tables.items()}, width, self.left_padded,
                               self.fixed) for rows, width in zip(indices, plan.strata.widths))
@@ -488,9 +490,10 @@ def _replicated_call(model, strategy):
     cache = model.__dict__.setdefault("_inference_functions", {})
     key = ("replicated", id(strategy))
     if key not in cache:
-        @tf.function
+        @tf.function(autograph=False)
         def step(batch):
-            outputs = strategy.run(lambda part: model(part, training=False), args=(batch,))
+            outputs = strategy.run(tf.autograph.experimental.do_not_convert(lambda part: model(part, training=False)),
+                                   args=(batch,))
             return {k: strategy.gather(v, axis=0) for k, v in outputs.items()}
 
         cache[key] = step
@@ -541,8 +544,8 @@ def distributed_inference(model, strategy, batch_size):
     key = (id(strategy), batch_size) if replicas > 1 or on_tpu else None
     if key not in cache:
         if key is None:  # one trace per model for every batch: their sizes and widths (by bucket) unknown
-            call = chunked.one_trace_per_structure(tf.function(lambda batch: model(batch, training=False)),
-                                                   any_batch_and_width)
+            call = chunked.one_trace_per_structure(
+                tf.function(lambda batch: model(batch, training=False), autograph=False), any_batch_and_width)
             cache[key] = lambda batch: {k: v.numpy() for k, v in call(batch).items()}
         else:
             share = -(-batch_size // replicas)

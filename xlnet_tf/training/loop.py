@@ -278,6 +278,7 @@ class Trainer:
             self.skipped_steps.assign_add(tf.where(finite, tf.constant(0, tf.int64), tf.constant(1, tf.int64)))
             return tf.where(finite, norm, float("nan")), tf.logical_or(finite, scale > 1.0)
 
+        @tf.autograph.experimental.do_not_convert  # strategy.run would convert it (see train_loop)
         def replica_step(batches, mems):
             """One optimizer step on one replica: `batches` its grad_accum_steps micro-batches (a tuple), `mems` its
             memory (a list of [B, M, d], or empty) -> (step loss, global gradient norm, whether the run may go
@@ -302,22 +303,24 @@ class Trainer:
             return loss, norm, tf.logical_and(healthy, tf.math.is_finite(loss)), mems
 
         if options.jit_compile:
-            replica_step = tf.function(replica_step, jit_compile=True)
+            replica_step = tf.function(replica_step, jit_compile=True, autograph=False)
             self._compiled = replica_step
 
-        @tf.function
+        # Nothing here needs autograph (no branch or loop on a tensor in Python): the host loop is the while loop
+        # autograph would make of a `for` over tf.range, and the step is marked not to convert. Converting them cost
+        # each cold process 0.5-1 s (tests/test_training_step.py checks that nothing is converted).
+        @tf.function(autograph=False)
         def train_loop(iterator, mems, num_steps):
-            loss_total = tf.constant(0.0)
-            norm = tf.constant(0.0)
-            finite = tf.constant(True)
-            for _ in tf.range(num_steps):
+            def one_step(step, loss_total, norm, finite, mems):
                 batches = tuple(next(iterator) for _ in range(accumulate))
                 step_loss, norm, healthy, mems = strategy.run(replica_step, args=(batches, mems))
                 # Already all-reduced: every replica holds the same value; take the first local one.
                 step_loss, norm, healthy = (strategy.experimental_local_results(t)[0]
                                             for t in (step_loss, norm, healthy))
-                finite = tf.logical_and(finite, healthy)
-                loss_total += step_loss
+                return step + 1, loss_total + step_loss, norm, tf.logical_and(finite, healthy), mems
+
+            start = (tf.constant(0, num_steps.dtype), tf.constant(0.0), tf.constant(0.0), tf.constant(True), mems)
+            _, loss_total, norm, finite, mems = tf.while_loop(lambda step, *_: step < num_steps, one_step, start)
             return loss_total / tf.cast(num_steps, tf.float32), norm, finite, mems
 
         return train_loop
@@ -336,7 +339,8 @@ class Trainer:
         n_layer = self.model.config.n_layer
         local = self.strategy.extended.worker_devices
         if saved is None:
-            return self.strategy.run(lambda: [tf.zeros(self._memory_shape(), dtype) for _ in range(n_layer)])
+            return self.strategy.run(tf.autograph.experimental.do_not_convert(
+                lambda: [tf.zeros(self._memory_shape(), dtype) for _ in range(n_layer)]))
 
         def value_fn(context):
             index = context.replica_id_in_sync_group % len(local)
