@@ -62,24 +62,32 @@ def pretraining_trainer(model_dir):
                    stream(pretraining_examples(), 8), options, model_dir, model_kwargs={"sequence_output": False})
 
 
+def classification_rows(count, longest, p, seed):
+    """Classification features of `count` random rows (geometric lengths of parameter `p`, at most `longest`), each
+    labelled by its length's parity (numpy dict)."""
+    from xlnet_tf.data import graph_features as gf
+
+    rng = np.random.default_rng(seed)
+    lengths = np.minimum(rng.geometric(p, size=count), longest)
+    ids = tf.ragged.constant([rng.integers(9, 64, size=n).tolist() for n in lengths], dtype=tf.int32,
+                             row_splits_dtype=tf.int64)
+    features = {k: np.asarray(v) for k, v in gf.classification_inputs(ids, None, longest).items()}
+    features["label_ids"] = (features["length"] % 2).astype(np.int32)
+    return features
+
+
 def finetuning_trainer(model_dir):
     """Classification over length strata (every batch a tuple of parts), dropout off, XLA, one device."""
     import keras
 
     from xlnet_tf.config import RunOptions
     from xlnet_tf.data import buckets
-    from xlnet_tf.data import graph_features as gf
     from xlnet_tf.heads import classification_loss
     from xlnet_tf.tasks import build_head_model
     from xlnet_tf.training.finetune import INPUTS, LABELS, TaskInput
     from xlnet_tf.training.loop import Trainer, TrainingOptions
 
-    rng = np.random.default_rng(3)
-    lengths = np.minimum(rng.geometric(0.1, size=48), 32)
-    ids = tf.ragged.constant([rng.integers(9, 64, size=n).tolist() for n in lengths], dtype=tf.int32,
-                             row_splits_dtype=tf.int64)
-    features = {k: np.asarray(v) for k, v in gf.classification_inputs(ids, None, 32).items()}
-    features["label_ids"] = (features["length"] % 2).astype(np.int32)
+    features = classification_rows(48, 32, 0.1, seed=3)
     strata = buckets.stratify(features["length"], 8, 32, "16")  # two parts: widths 16 and 32
     plan = buckets.training_plan(strata, 8, seed=3)
     inputs = TaskInput(features, INPUTS["classification"] + LABELS["classification"], "classification", plan)
@@ -230,7 +238,6 @@ def test_packed_steps_inference_and_generation_convert_nothing_with_autograph(tm
 
     from xlnet_tf.config import RunOptions
     from xlnet_tf.data import buckets, packing
-    from xlnet_tf.data import graph_features as gf
     from xlnet_tf.decoding import GenerationOptions, generate_ids
     from xlnet_tf.heads import classification_loss
     from xlnet_tf.model import XLNetPretrainer
@@ -238,12 +245,7 @@ def test_packed_steps_inference_and_generation_convert_nothing_with_autograph(tm
     from xlnet_tf.training.finetune import INPUTS, LABELS, TaskInput, distributed_inference
     from xlnet_tf.training.loop import Trainer, TrainingOptions
 
-    rng = np.random.default_rng(4)
-    lengths = np.minimum(rng.geometric(0.15, size=32), 24)
-    ids = tf.ragged.constant([rng.integers(9, 64, size=n).tolist() for n in lengths], dtype=tf.int32,
-                             row_splits_dtype=tf.int64)
-    features = {k: np.asarray(v) for k, v in gf.classification_inputs(ids, None, 24).items()}
-    features["label_ids"] = (features["length"] % 2).astype(np.int32)
+    features = classification_rows(32, 24, 0.15, seed=4)
     plan = buckets.training_plan(buckets.stratify(features["length"], 8, 24, "none"), 8, seed=3)
     sequences = packing.sequence_lengths(features)
     packed = packing.packed_plan(plan, sequences, packing.choose_width(sequences, 24))
