@@ -320,7 +320,9 @@ class Trainer:
                 return step + 1, loss_total + step_loss, norm, tf.logical_and(finite, healthy), mems
 
             start = (tf.constant(0, num_steps.dtype), tf.constant(0.0), tf.constant(0.0), tf.constant(True), mems)
-            _, loss_total, norm, finite, mems = tf.while_loop(lambda step, *_: step < num_steps, one_step, start)
+            # maximum_iterations: the bound autograph gave the loop too (XLA, e.g. on a TPU, may need a known bound)
+            _, loss_total, norm, finite, mems = tf.while_loop(lambda step, *_: step < num_steps, one_step, start,
+                                                              maximum_iterations=tf.cast(num_steps, tf.int32))
             return loss_total / tf.cast(num_steps, tf.float32), norm, finite, mems
 
         return train_loop
