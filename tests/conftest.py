@@ -65,7 +65,8 @@ DEFAULT_BUDGET_S = 5  # a file the table does not name
 
 def pytest_collection_modifyitems(items):
     """The files with the largest budgets start first: with `--dist loadfile` each file runs whole on one worker, in
-    collection order, so a long file collected last would leave the other worker idle at the end. Every test runs,
+    collection order (setup.cfg's --no-loadscope-reorder: xdist would otherwise start the files with the most
+    tests first), so a long file collected last would leave the other worker idle at the end. Every test runs,
     each file's tests in their own order."""
     items.sort(key=lambda item: -BUDGETS_S.get(os.path.basename(str(item.fspath)), 0))
 
