@@ -349,6 +349,7 @@ def test_packed_finetuning_learns_as_strata(tmp_path):
             packed, strata = int(decided.group(1)), int(decided.group(2))
             print(f"--packing auto: a packed micro-batch computes {packed} positions, the length strata {strata} "
                   f"(ratio {packed / strata:.2f}; bound <= 1 to pack)")
+            assert packed <= strata
         print(f"--packing {mode}: recorded packing {config['packing']}; dev accuracy {results[mode]:.3f} "
               f"({len(dev)} lines; bound >= 0.85)")
         assert results[mode] >= 0.85
