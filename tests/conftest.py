@@ -117,6 +117,39 @@ def survivors_frozen():
     gc.freeze()
 
 
+OP_TRACEBACKS_ENV = "XLNET_TF_TEST_OP_TRACEBACKS"  # "1": keep them (to see where a failing graph op was built)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def op_tracebacks_off():
+    """In the test processes only: TensorFlow keeps, for every graph op it builds, the Python stack that built it
+    (the "defined at" lines of a graph's error message), and walking a test's stack (pytest's, the test's, Keras':
+    about 90 frames) for each op was 3-6% of a training or export test's CPU time (docs/results.md, 2026-12-06,
+    two runs side by side). Here a graph's error says "<stack traces unavailable>" instead; what the ops compute
+    is the same. The processes the tests start (the commands, servers and guides) keep them, as a user's do."""
+    if os.environ.get(OP_TRACEBACKS_ENV) == "1":
+        yield
+        return
+    import inspect
+
+    from tensorflow.python.framework import ops
+
+    create = ops._create_c_op
+    if "extract_traceback" not in inspect.signature(create).parameters:  # another TensorFlow: leave it as it is
+        yield
+        return
+
+    def without_traceback(*args, **kwargs):
+        kwargs["extract_traceback"] = False
+        return create(*args, **kwargs)
+
+    ops._create_c_op = without_traceback
+    try:
+        yield
+    finally:
+        ops._create_c_op = create
+
+
 FILE_SECONDS = {}  # test file -> seconds of setup, call and teardown, summed (in xdist's controller: every worker's)
 
 

@@ -286,3 +286,24 @@ def test_the_development_guide_shows_every_test_files_time_budget():
     total = sum(BUDGETS_S.values())
     check("the budgets' sum, seconds of test time (two workers: about half of it in wall time)", total,
           "<= 2400 (20 minutes with two workers)", total <= 2400)
+
+
+def test_graph_ops_built_in_a_test_process_keep_no_traceback():
+    """docs/development.md: the test processes build graph ops without the stack that built them
+    (tests/conftest.py `op_tracebacks_off`, unless XLNET_TF_TEST_OP_TRACEBACKS=1), so that the speed-up it gives
+    cannot go away unnoticed with a new TensorFlow; the same graph computes the same."""
+    import tensorflow as tf
+
+    from conftest import OP_TRACEBACKS_ENV
+
+    kept = os.environ.get(OP_TRACEBACKS_ENV) == "1"
+    graph = tf.Graph()
+    with graph.as_default():
+        total = tf.constant([1.5, 2.5]) * 2.0 + 1.0
+    traceback = total.op.traceback
+    check(f"frames kept for an op built here ({OP_TRACEBACKS_ENV}={'1' if kept else 'unset'})",
+          None if traceback is None else len(traceback), "> 0" if kept else "None",
+          (traceback is not None and len(traceback) > 0) if kept else traceback is None)
+    with tf.compat.v1.Session(graph=graph) as session:
+        values = session.run(total).tolist()
+    check("what the graph computes", values, "[4.0, 6.0]", values == [4.0, 6.0])
