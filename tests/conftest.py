@@ -212,6 +212,25 @@ def rng():
     return np.random.default_rng(1234)
 
 
+@pytest.fixture(scope="session")
+def warm_cli(tmp_path_factory):
+    """One `xlnet-tf` per test process that forks each command from a process with TensorFlow imported already
+    (tests/warm_cli.py, `WarmLauncher`: the guides' tour runs every command through it). For the commands a test
+    starts beside its own work, where what it checks is the command's output, not the program's start: each
+    skips the ~5 s (one core) a fresh process spends importing TensorFlow, Keras and the rest. The console
+    script as a program of its own is what tests/test_console.py, tests/test_cli_errors.py and tests/test_demo.py
+    run."""
+    from warm_cli import WarmLauncher
+
+    with WarmLauncher(str(tmp_path_factory.mktemp("warm-cli"))) as launcher:
+        yield launcher
+
+
+def warm_command(launcher, *args):
+    """The argv of `xlnet-tf ARGS` run through `launcher` (the `warm_cli` fixture)."""
+    return [os.path.join(launcher.bin, "xlnet-tf"), *[str(a) for a in args]]
+
+
 def say(text):
     """Prints past pytest's capture (capsys, which each in-process command's run reads and empties)."""
     print(text, file=sys.__stdout__, flush=True)

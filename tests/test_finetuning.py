@@ -5,11 +5,11 @@ import json
 import os
 import random
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from conftest import warm_command
 from xlnet_tf.cli import main
 
 pytestmark = pytest.mark.slow  # trains, serves or starts processes: `make test` only, not `make test-quick`
@@ -49,18 +49,19 @@ def finetune(root, task, train, dev, steps, *extra, name=None):
 
 
 class FinetuneBeside:
-    """The same `xlnet-tf finetune` in its own process (the CLI as a user runs it), started on entering the
-    `with` block while the test goes on; `result()` waits for it -> (model_dir, eval results). Stopped if the
-    block fails first."""
+    """The same `xlnet-tf finetune` in its own process (forked by `launcher`, tests/conftest.py `warm_cli`),
+    started on entering the `with` block while the test goes on; `result()` waits for it -> (model_dir, eval
+    results). Stopped if the block fails first."""
 
-    def __init__(self, root, task, train, dev, steps, *extra, name=None):
+    def __init__(self, launcher, root, task, train, dev, steps, *extra, name=None):
+        self.launcher = launcher
         self.model_dir = root / f"ft-{name or task}"
         self.args = finetune_args(root, task, train, dev, steps, *extra, name=name)
         self.console = root / f"ft-{name or task}.console.txt"
 
     def __enter__(self):
         with open(self.console, "w", encoding="utf-8") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "xlnet_tf.cli", *self.args], stdout=out,
+            self.process = subprocess.Popen(warm_command(self.launcher, *self.args), stdout=out,
                                             stderr=subprocess.STDOUT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
         return self
 
@@ -85,7 +86,7 @@ def padding_overhead(model_dir):
     return sum(r["tokens"] for r in records), sum(r["padded_tokens"] for r in records)
 
 
-def test_classification_and_regression(pretrained, span_run, tmp_path):  # span_run: goes on meanwhile
+def test_classification_and_regression(pretrained, span_run, warm_cli, tmp_path):  # span_run: goes on meanwhile
     rng = random.Random(0)
 
     def rows(count, regression):
@@ -104,7 +105,7 @@ def test_classification_and_regression(pretrained, span_run, tmp_path):  # span_
     majority = max(dev_labels.count("yes"), dev_labels.count("no")) / len(dev_labels)
     accuracy, overhead = {}, {}
     # The regression run in its own process while this one fine-tunes the classifiers.
-    regression = FinetuneBeside(pretrained, "regression", tmp_path / "regression-train.tsv",
+    regression = FinetuneBeside(warm_cli, pretrained, "regression", tmp_path / "regression-train.tsv",
                                 tmp_path / "regression-dev.tsv", 200, "--max-seq-len", "24",
                                 "--recompute", "blocks")  # the same gradients, less memory
     with regression:
@@ -167,7 +168,7 @@ def squad_file(path, rng, count, impossible_every=0):
 
 
 @pytest.fixture(scope="module")
-def span_run(pretrained):
+def span_run(pretrained, warm_cli):
     """The SQuAD fine-tune, started in its own process as soon as the pretrained model exists (the
     classification test runs meanwhile); test_span_extraction checks it. -> (FinetuneBeside, its folder)."""
     folder = pretrained / "span"
@@ -175,8 +176,8 @@ def span_run(pretrained):
     rng = random.Random(1)
     squad_file(folder / "train.json", rng, 500, impossible_every=5)
     squad_file(folder / "dev.json", rng, 100, impossible_every=5)
-    with FinetuneBeside(pretrained, "squad", folder / "train.json", folder / "dev.json", 250, "--max-seq-len", "48",
-                        "--max-query-len", "8", "--recompute", "attention") as run:
+    with FinetuneBeside(warm_cli, pretrained, "squad", folder / "train.json", folder / "dev.json", 250,
+                        "--max-seq-len", "48", "--max-query-len", "8", "--recompute", "attention") as run:
         yield run, folder
 
 

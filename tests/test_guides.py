@@ -30,7 +30,6 @@ import sys
 import time
 
 import pytest
-from warm_cli import WarmLauncher
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 TIMEOUT_S = 900  # the README promises well under 15 minutes on 2 CPU cores
@@ -142,9 +141,9 @@ def with_free_ports(script):
 
 
 @pytest.fixture(scope="module")
-def launcher(tmp_path_factory):
-    with WarmLauncher(str(tmp_path_factory.mktemp("warm-cli"))) as warm:
-        yield warm
+def launcher(warm_cli):
+    """This test process's launcher (tests/conftest.py `warm_cli`), shared with the commands other files start."""
+    return warm_cli
 
 
 @pytest.fixture(scope="module")

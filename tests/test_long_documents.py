@@ -9,13 +9,12 @@ import os
 import random
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import tiny_config
+from conftest import tiny_config, warm_command
 from xlnet_tf.config import ConfigError, RunOptions
 from xlnet_tf.data import graph_features as gf
 from xlnet_tf.heads import XLNetForMultipleChoice, XLNetForSequenceClassification
@@ -306,17 +305,18 @@ def finetune(root, name, *extra):
     return model_dir, json.loads((model_dir / "eval_results.json").read_text())
 
 
-def finetune_beside(root, name, *extra):
-    """The same `xlnet-tf finetune` in its own process, started now -> (process, its console log file)."""
+def finetune_beside(launcher, root, name, *extra):
+    """The same `xlnet-tf finetune` in its own process (forked by `launcher`, tests/conftest.py `warm_cli`), started
+    now -> (process, its console log file)."""
     log = root / f"{name}.console.txt"
     with open(log, "w", encoding="utf-8") as out:
-        process = subprocess.Popen([sys.executable, "-m", "xlnet_tf.cli", *finetune_args(root, name, *extra)],
+        process = subprocess.Popen(warm_command(launcher, *finetune_args(root, name, *extra)),
                                    stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     return process, log
 
 
 @pytest.mark.slow
-def test_memory_learns_what_one_window_learns_and_the_export_agrees(task, tmp_path):
+def test_memory_learns_what_one_window_learns_and_the_export_agrees(task, warm_cli, tmp_path):
     """The default (--grad-segments all) against the same model reading each document in one window of 512, the
     same steps. (--grad-segments 1, memory without gradient, reached 0.685 here when it ran beside them; it asserted
     nothing and was dropped to keep the suite inside its time.)"""
@@ -325,8 +325,8 @@ def test_memory_learns_what_one_window_learns_and_the_export_agrees(task, tmp_pa
     from xlnet_tf.tokenization import XLNetTokenizer
 
     texts = [line.split("\t")[0] for line in (task / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]]
-    # The one-window run in its own process (the CLI as a user runs it) while this one trains with memory.
-    beside = [finetune_beside(task, "window", "--max-seq-len", "512")]
+    # The one-window run in its own process while this one trains with memory.
+    beside = [finetune_beside(warm_cli, task, "window", "--max-seq-len", "512")]
     try:
         memory_dir, memory = finetune(task, "memory", "--long-doc", "memory", "--max-doc-len", "512")
         for process, console in beside:

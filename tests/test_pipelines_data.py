@@ -10,12 +10,12 @@ separate processes). Files are local paths: a gs:// bucket cannot be reached her
 import json
 import os
 import subprocess
-import sys
 from collections import Counter
 
 import pytest
 import tensorflow as tf
 
+from conftest import warm_command
 from test_pretraining_data import corpus_lines
 from xlnet_tf.cli import main
 from xlnet_tf.data.pretraining import create_pretraining_data, load_metadata
@@ -80,27 +80,24 @@ def records(data_dir):
     return Counter(r.numpy() for r in tf.data.TFRecordDataset(paths))
 
 
-def cli(*args):
-    return [sys.executable, "-m", "xlnet_tf.cli", *args]
-
-
 def data_command(pattern, spm, output_dir, *extra):
-    return cli("create-pretraining-data", "--input", pattern, "--spm-model", spm, "--output-dir", str(output_dir),
-               "--seq-len", str(SEQ), "--reuse-len", str(REUSE), "--num-shards", str(SHARDS), "--seed", str(SEED),
-               "--bi-data", *extra)
+    """The arguments of `xlnet-tf create-pretraining-data` on the corpus."""
+    return ["create-pretraining-data", "--input", pattern, "--spm-model", spm, "--output-dir", str(output_dir),
+            "--seq-len", str(SEQ), "--reuse-len", str(REUSE), "--num-shards", str(SHARDS), "--seed", str(SEED),
+            "--bi-data", *extra]
 
 
 def pretrain_command(data_dir, model_dir):
-    return cli("pretrain", "--data-dir", str(data_dir), "--model-dir", str(model_dir), "--model-size", "tiny",
-               "--train-steps", "1", "--batch-size", "4", "--num-predict", "8", "--steps-per-loop", "1",
-               "--seed", "3")
+    """The arguments of a one-step `xlnet-tf pretrain`."""
+    return ["pretrain", "--data-dir", str(data_dir), "--model-dir", str(model_dir), "--model-size", "tiny",
+            "--train-steps", "1", "--batch-size", "4", "--num-predict", "8", "--steps-per-loop", "1", "--seed", "3"]
 
 
 @pytest.fixture(scope="module")
-def beside(work, corpus, single):
-    """Commands run as a user runs them, in their own processes while the tests go on: the pipeline with one
-    worker process, the pipeline without --skip-bad-lines, pretraining on the single-process records.
-    name -> (process, console log file)."""
+def beside(work, corpus, single, warm_cli):
+    """Commands in their own processes (forked by tests/conftest.py's `warm_cli`; Beam's workers are processes of
+    their own) while the tests go on: the pipeline with one worker process, the pipeline without --skip-bad-lines,
+    pretraining on the single-process records. name -> (process, console log file)."""
     pattern, _, spm = corpus
     commands = {"one": data_command(pattern, spm, work / "beam-1", "--skip-bad-lines", *direct(1)),
                 "bad": data_command(pattern, spm, work / "beam-bad", *direct(1)),
@@ -109,7 +106,7 @@ def beside(work, corpus, single):
     for name, command in commands.items():
         log = work / f"{name}.console.txt"
         with open(log, "w", encoding="utf-8") as out:
-            started[name] = (subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+            started[name] = (subprocess.Popen(warm_command(warm_cli, *command), stdout=out, stderr=subprocess.STDOUT,
                                               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")), log)
     yield started
     for process, _ in started.values():
@@ -172,7 +169,7 @@ def test_bad_line_is_named_without_skip(work, corpus, beside):
 
 @pytest.mark.slow
 def test_pretrain_first_step_loss_is_the_same(work, beside):
-    assert main(pretrain_command(work / "beam-2", work / "pretrain-beam")[3:]) == 0
+    assert main(pretrain_command(work / "beam-2", work / "pretrain-beam")) == 0
     code, console = finished(beside["pretrain"])
     assert code == 0, console[-3000:]
     losses = {}

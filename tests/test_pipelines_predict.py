@@ -11,11 +11,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from conftest import warm_command  # noqa: E402
 from test_export import FINETUNED, LINES, UNICODE  # noqa: E402
 
 BOUND = 1e-5
@@ -166,19 +166,19 @@ def inputs(work):
 
 
 class BeamRun:
-    """`xlnet-tf predict --export-dir` in its own process (the CLI as a user runs it), started when made, so that
-    the test computes its reference meanwhile; `result()` waits for it (once) -> (predictions, dead letters,
+    """`xlnet-tf predict --export-dir` in its own process (forked by `launcher`, tests/conftest.py `warm_cli`;
+    Beam's workers are processes of their own), started when made, so that the test computes its reference
+    meanwhile; `result()` waits for it (once) -> (predictions, dead letters,
     counters, output files)."""
 
-    def __init__(self, work, export_dir):
+    def __init__(self, launcher, work, export_dir):
         self.work, self.console, self.value = work, work / "beam-predict.console.txt", None
         # An earlier run's shards under the same prefix (it had 3): removed, never mixed with this run's.
         (work / "out").mkdir()
         for name in ("predictions-00002-of-00003.jsonl", "predictions-dead-letter-00002-of-00003.jsonl"):
             (work / "out" / name).write_text(json.dumps({"id": "stale", "reason": "an earlier run"}) + "\n")
-        command = [sys.executable, "-m", "xlnet_tf.cli", "predict", "--export-dir", export_dir, "--input",
-                   str(work / "in" / "*"), "--output", str(work / "out" / "predictions"), "--batch-size", "16",
-                   *BEAM_OPTIONS]
+        command = warm_command(launcher, "predict", "--export-dir", export_dir, "--input", work / "in" / "*",
+                               "--output", work / "out" / "predictions", "--batch-size", "16", *BEAM_OPTIONS)
         with open(self.console, "w", encoding="utf-8") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
@@ -211,8 +211,8 @@ class BeamRun:
 
 
 @pytest.fixture(scope="module")
-def beam_run(work, model, inputs):
-    run = BeamRun(work, model[1])
+def beam_run(work, model, inputs, warm_cli):
+    run = BeamRun(warm_cli, work, model[1])
     yield run
     run.stop()
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import warm_command
 from xlnet_tf.cli import main
 
 pytestmark = pytest.mark.slow  # trains, serves or starts processes: `make test` only, not `make test-quick`
@@ -57,9 +58,12 @@ def losses(model_dir):
         return [json.loads(line)["loss"] for line in f]
 
 
-def cli_process(args, env=None):
+def cli_process(args, env=None, launcher=None):
+    """`xlnet-tf ARGS` in a process of its own: the console script as a program, or forked by `launcher`
+    (tests/conftest.py `warm_cli`) for a run beside the test's own that is not killed."""
     environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
-    return subprocess.Popen([sys.executable, "-m", "xlnet_tf.cli", *args], env=environment,
+    command = warm_command(launcher, *args) if launcher else [sys.executable, "-m", "xlnet_tf.cli", *args]
+    return subprocess.Popen(command, env=environment,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -95,12 +99,12 @@ def test_plm_loss_falls(data_dir, tmp_path):
     XLNetPretrainer.from_pretrained(model_dir)  # the model directory is a pretrained directory
 
 
-def test_same_loss_curve_on_one_device_mirrored_and_multi_worker(data_dir, tmp_path):
+def test_same_loss_curve_on_one_device_mirrored_and_multi_worker(data_dir, warm_cli, tmp_path):
     """One device without recompute; mirrored recomputing blocks, multi-worker recomputing attention."""
     common = ("--dropout", "0.0", "--dropatt", "0.0")
     assert main(pretrain_args(data_dir, tmp_path / "one", 6, "--strategy", "one_device", *common)) == 0
     mirrored = cli_process(pretrain_args(data_dir, tmp_path / "mirrored", 6, "--strategy", "mirrored",
-                                         "--cpu-devices", "2", "--recompute", "blocks", *common))
+                                         "--cpu-devices", "2", "--recompute", "blocks", *common), launcher=warm_cli)
     ports = [free_port(), free_port()]
     workers = []
     for index in range(2):
@@ -119,7 +123,7 @@ def test_same_loss_curve_on_one_device_mirrored_and_multi_worker(data_dir, tmp_p
     assert [p.name for p in (tmp_path / "worker1" / "checkpoints").iterdir()] == ["mems-6-worker1.npy"]
 
 
-def test_killed_run_resumes_to_the_same_weights(data_dir, tmp_path):
+def test_killed_run_resumes_to_the_same_weights(data_dir, warm_cli, tmp_path):
     """SIGKILL in the middle, rerun the same command: same final weights as an uninterrupted run
     (deterministic ops, dropout on so the random state must resume too, memory on, blocks recomputed in the
     backward pass with the forward pass's dropout masks), in float16 with dynamic loss scaling from a scale
@@ -130,7 +134,7 @@ def test_killed_run_resumes_to_the_same_weights(data_dir, tmp_path):
               "--recompute", "blocks", "--mixed-precision", "float16", "--initial-loss-scale", "1048576",
               "--loss-scale-growth-steps", "2")
     # The uninterrupted run goes on beside the killed one and its rerun (separate processes and directories).
-    whole = cli_process(pretrain_args(data_dir, tmp_path / "whole", 16, *common))
+    whole = cli_process(pretrain_args(data_dir, tmp_path / "whole", 16, *common), launcher=warm_cli)
     killed_dir = tmp_path / "killed"
     try:
         _kill_and_resume(data_dir, killed_dir, common)

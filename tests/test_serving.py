@@ -28,6 +28,7 @@ import grpc
 import numpy as np
 import pytest
 
+from conftest import warm_command
 from xlnet_tf.serving import Client, ServingError, serve
 from xlnet_tf.serving.testing import build_standin
 
@@ -989,8 +990,9 @@ REAL_TEXTS = ["Le café « Zoë » sert une crème brûlée.", "XLNet is a gener
 
 
 @pytest.fixture(scope="module")
-def real_exports(tmp_path_factory):
-    """Tiny fine-tuned classification and SQuAD models (random weights), exported by export_model."""
+def real_exports(tmp_path_factory, warm_cli):
+    """Tiny fine-tuned classification and SQuAD models (random weights), exported by export_model (SQuAD's by
+    `xlnet-tf export` in a process of its own, forked by tests/conftest.py's `warm_cli`)."""
     import keras
     import pydoc_data.topics
 
@@ -1026,8 +1028,8 @@ def real_exports(tmp_path_factory):
     # SQuAD's exported by `xlnet-tf export` in its own process meanwhile (tracing keeps one core busy).
     console = work / "export-console.txt"
     with open(console, "w", encoding="utf-8") as out:
-        exporter = subprocess.Popen([sys.executable, "-m", "xlnet_tf.cli", "export", "--model-dir",
-                                     str(work / "finetuned" / "squad"), "--export-base", str(work / "serving" / "squad")],
+        exporter = subprocess.Popen(warm_command(warm_cli, "export", "--model-dir", work / "finetuned" / "squad",
+                                                 "--export-base", work / "serving" / "squad"),
                                     stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     try:
         paths = {name: export_model(work / "finetuned" / name, work / "serving" / name)

@@ -1,5 +1,6 @@
 """`xlnet-tf` for scripts that run many commands (the Quickstart and the guides' "Try it" sections,
-tests/test_guides.py), without importing TensorFlow once per command.
+tests/test_guides.py) and for the commands tests start beside their own work (tests/conftest.py, `warm_cli`),
+without importing TensorFlow once per command.
 
 A fresh `xlnet-tf` process spends about 3 s (one core) importing TensorFlow, Keras and the rest before it does
 anything: half of a short command's time, and a third of the guides' tour. `WarmLauncher` starts one process that
