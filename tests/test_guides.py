@@ -141,19 +141,13 @@ def with_free_ports(script):
 
 
 @pytest.fixture(scope="module")
-def launcher(warm_cli):
-    """This test process's launcher (tests/conftest.py `warm_cli`), shared with the commands other files start."""
-    return warm_cli
-
-
-@pytest.fixture(scope="module")
-def quickstart(tmp_path_factory, launcher):
+def quickstart(tmp_path_factory, warm_cli):
     """Runs the Quickstart once -> dict(returncode, output, folder (its working directory, the repository root's
     stand-in), seconds, blocks, left_running)."""
     work = tmp_path_factory.mktemp("quickstart")
     (work / "tests").symlink_to(os.path.join(ROOT, "tests"))  # the weights guide converts a test fixture
     blocks = shell_blocks(quickstart_section(readme()))
-    result = run_script(with_free_ports("\n".join(blocks)), work, "quickstart", TIMEOUT_S, launcher)
+    result = run_script(with_free_ports("\n".join(blocks)), work, "quickstart", TIMEOUT_S, warm_cli)
     return dict(result, folder=work, blocks=blocks)
 
 
@@ -209,7 +203,7 @@ def every_guide():
 
 
 @pytest.fixture(scope="module")
-def tour(quickstart, launcher):
+def tour(quickstart, warm_cli):
     """Runs each TOUR guide's blocks in the Quickstart's folder -> {guide: dict(returncode, output, seconds,
     left_running)}."""
     assert quickstart["returncode"] == 0, "the Quickstart failed; the guides continue from its files"
@@ -217,7 +211,7 @@ def tour(quickstart, launcher):
     results = {}
     for guide in TOUR:
         script = with_free_ports("\n".join(try_it_blocks(guide)))
-        results[guide] = run_script(script, folder, "guide-" + guide.replace("/", "-")[:-3], TIMEOUT_S, launcher)
+        results[guide] = run_script(script, folder, "guide-" + guide.replace("/", "-")[:-3], TIMEOUT_S, warm_cli)
     print("seconds per guide: " + ", ".join(f"{g} {r['seconds']:.0f}" for g, r in results.items()))
     return dict(results, folder=folder)
 
@@ -347,13 +341,13 @@ def test_the_guide_runs_as_written(tour, guide):
 
 
 @pytest.mark.slow
-def test_the_launcher_runs_each_command_as_a_process_of_its_own(launcher, tmp_path):
+def test_the_launcher_runs_each_command_as_a_process_of_its_own(warm_cli, tmp_path):
     """The `xlnet-tf` of the scripts above (tests/warm_cli.py): a command works in the caller's folder, with its
     environment (TMPDIR: where the log of a command without a model directory goes) and its streams, and ends with
     the status a command of its own would; a signal to the caller reaches the command (serve stops gracefully and
     exits 0), and a caller killed outright takes its command with it."""
     (tmp_path / "tmp").mkdir()
-    env = dict(os.environ, PATH=launcher.bin + os.pathsep + os.environ.get("PATH", ""), TMPDIR=str(tmp_path / "tmp"))
+    env = dict(os.environ, PATH=warm_cli.bin + os.pathsep + os.environ.get("PATH", ""), TMPDIR=str(tmp_path / "tmp"))
 
     def xlnet_tf(*args):
         return subprocess.Popen(["xlnet-tf", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
@@ -374,7 +368,7 @@ def test_the_launcher_runs_each_command_as_a_process_of_its_own(launcher, tmp_pa
     serving = xlnet_tf("serve", "--model-base-path", "empty", "--model-name", "m", "--port", "0", "--rest-api-port",
                        "-1")
     first = serving.stdout.readline()  # "serving gRPC HOST:PORT ...": its SIGTERM handler is in place
-    command = launcher.running()
+    command = warm_cli.running()
     serving.send_signal(signal.SIGTERM)
     out, _ = serving.communicate(timeout=120)
     got = (first.startswith("serving gRPC"), len(command), serving.returncode, "stopped (SIGTERM)" in out)
@@ -383,15 +377,15 @@ def test_the_launcher_runs_each_command_as_a_process_of_its_own(launcher, tmp_pa
           (True, 1, 0, True), got == (True, 1, 0, True))
     waiting = xlnet_tf("query", "--server", "localhost:1", "--model", "m", "--text", "hi", "--retries", "100000")
     deadline = time.monotonic() + 60
-    while not launcher.running() and time.monotonic() < deadline:
+    while not warm_cli.running() and time.monotonic() < deadline:
         time.sleep(0.1)
-    command = launcher.running()
+    command = warm_cli.running()
     waiting.kill()
     waiting.wait(timeout=60)  # not its streams: a command left running would hold them open
     deadline = time.monotonic() + 30
-    while launcher.running() and time.monotonic() < deadline:
+    while warm_cli.running() and time.monotonic() < deadline:
         time.sleep(0.1)
-    got = (len(command), waiting.returncode, launcher.running())
+    got = (len(command), waiting.returncode, warm_cli.running())
     waiting.stdout.close()
     waiting.stderr.close()
     check("a query retrying for ever, its caller killed (SIGKILL): commands running before, the caller's status, "

@@ -15,7 +15,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import warm_command  # noqa: E402
+from conftest import warm_command
 from test_export import FINETUNED, LINES, UNICODE  # noqa: E402
 
 BOUND = 1e-5
@@ -168,8 +168,7 @@ def inputs(work):
 class BeamRun:
     """`xlnet-tf predict --export-dir` in its own process (forked by `launcher`, tests/conftest.py `warm_cli`;
     Beam's workers are processes of their own), started when made, so that the test computes its reference
-    meanwhile; `result()` waits for it (once) -> (predictions, dead letters,
-    counters, output files)."""
+    meanwhile; `result()` waits for it (once) -> (predictions, dead letters, counters, output files)."""
 
     def __init__(self, launcher, work, export_dir):
         self.work, self.console, self.value = work, work / "beam-predict.console.txt", None
