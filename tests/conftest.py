@@ -217,7 +217,7 @@ def warm_cli(tmp_path_factory):
     """One `xlnet-tf` per test process that forks each command from a process with TensorFlow imported already
     (tests/warm_cli.py, `WarmLauncher`: the guides' tour runs every command through it). For the commands a test
     starts beside its own work, where what it checks is the command's output, not the program's start: each
-    skips the ~5 s (one core) a fresh process spends importing TensorFlow, Keras and the rest. The console
+    skips the 3-5 s (one core) a fresh process spends importing TensorFlow, Keras and the rest. The console
     script as a program of its own is what tests/test_console.py, tests/test_cli_errors.py and tests/test_demo.py
     run."""
     from warm_cli import WarmLauncher
