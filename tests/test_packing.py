@@ -97,6 +97,27 @@ def test_packing_mode_flag_and_width():
     assert packing.choose_width([5, 17, 30], 128) == 32 and packing.choose_width([126], 128) == 128
 
 
+def test_packing_pays_when_its_one_call_beats_the_strata_positions_and_their_calls():
+    """`--packing auto`'s rule: one packed call against the strata's positions plus what each of their other
+    calls costs the run once, spread over its micro-batches (it decides for small models and short runs; the
+    positions alone decide for the published sizes, as before)."""
+    from xlnet_tf.config import MODEL_SIZES
+
+    shape = packing.PackedShape(width=64, rows=13, slots=3)  # the Quickstart's: 832 positions; its strata 792 in 4
+    tiny, base = MODEL_SIZES["tiny"], MODEL_SIZES["base"]
+    short = packing.part_positions(tiny.d_model, tiny.d_inner, 300)
+    long = packing.part_positions(tiny.d_model, tiny.d_inner, 100_000)
+    published = packing.part_positions(base.d_model, base.d_inner, 1000)
+    print(f"an extra model call, in positions of a micro-batch: tiny model at 300 steps {short:.0f} (bound >= 100), "
+          f"at 100,000 steps {long:.2f} (bound <= 1), XLNet-base at 1,000 steps {published:.2f} (bound <= 1)")
+    assert short >= 100 and long <= 1 and published <= 1
+    assert packing.pays(shape, 792, 4, short)  # the Quickstart's run packs: 832 <= 792 + 3 x 250
+    assert not packing.pays(shape, 792, 4, long) and not packing.pays(shape, 792, 4, published)
+    # Without a cost per call (or one stratum) the positions alone decide, as before the rule counted calls.
+    assert not packing.pays(shape, 792) and not packing.pays(shape, 831, 1, short)
+    assert packing.pays(shape, 832) and packing.pays(shape, 832, 4, 0.0)
+
+
 # ----------------------------------------------------------------------------------------------------
 # Outputs and gradients
 
@@ -344,12 +365,15 @@ def test_packed_finetuning_learns_as_strata(tmp_path):
         config = json.loads((model_dir / "finetune_config.json").read_text())
         results[mode] = json.loads((model_dir / "eval_results.json").read_text())["accuracy"]
         if mode == "auto":  # the decision and its margin, as the run logged them
-            decided = re.search(r"packing: .*?(\d+) positions against the length strata's (\d+)",
+            decided = re.search(r"packing: .*?(\d+) positions against the length strata's (\d+) in (\d+) model "
+                                r"calls \(each call after the first worth (\d+) positions",
                                 (model_dir / "xlnet-tf.log").read_text(encoding="utf-8"))
-            packed, strata = int(decided.group(1)), int(decided.group(2))
-            print(f"--packing auto: a packed micro-batch computes {packed} positions, the length strata {strata} "
-                  f"(ratio {packed / strata:.2f}; bound <= 1 to pack)")
-            assert packed <= strata
+            packed, strata, calls, per_call = (int(decided.group(k)) for k in (1, 2, 3, 4))
+            strata_cost = strata + (calls - 1) * per_call
+            print(f"--packing auto: a packed micro-batch computes {packed} positions, the length strata {strata} in "
+                  f"{calls} calls, worth {strata_cost} with their calls (ratio {packed / strata_cost:.2f}; bound <= 1 "
+                  f"to pack)")
+            assert packed <= strata_cost
         print(f"--packing {mode}: recorded packing {config['packing']}; dev accuracy {results[mode]:.3f} "
               f"({len(dev)} lines; bound >= 0.85)")
         assert results[mode] >= 0.85

@@ -159,8 +159,9 @@ def add_finetune_arguments(parser):
     parser.add_argument("--packing", default="auto", metavar="auto|none",
                           help="auto (the default): classification, regression, multi-label and race pack a step's "
                                "examples into rows of a fixed width (the longest training row), each example "
-                               "attending only to itself, when that computes no more positions than the length "
-                               "strata; evaluate and predict pack the same way. none: length strata only. SQuAD, "
+                               "attending only to itself, when that one model call computes no more positions than "
+                               "the length strata with their other calls' one-time cost (small models, short "
+                               "runs); evaluate and predict pack the same way. none: length strata only. SQuAD, "
                                "token classification and --long-doc memory never pack")
     parser.add_argument("--long-doc", choices=["truncate", "memory"], default="truncate",
                           help="texts longer than --max-seq-len: truncate (one window, the original's) or memory "

@@ -49,8 +49,9 @@ class FinetuneSetup:
     label_separator, tune_thresholds: multi-label: what separates a TSV / CSV field's labels, and whether each
     label's threshold is tuned on eval_file for the best F1 (default 0.5 each); thresholds are recorded.
     packing: "auto" (classification, regression, multi-label and RACE in one window: a step's examples packed
-    into rows of a fixed width, `data.packing`, when a packed step computes at most the positions of the length
-    strata's; the width is recorded and evaluate / predict pack too) or "none" (length strata only).
+    into rows of a fixed width, `data.packing`, when a packed step's one model call computes at most the
+    positions of the length strata's calls plus their other calls' one-time cost, `packing.pays`; the width is
+    recorded and evaluate / predict pack too) or "none" (length strata only).
     columns: classification, regression, multi-label: {"text_a" / "text_b" / "label": a TSV / CSV header name or
     JSONL key, or a column number} (`readers.read_examples`' arguments); recorded for evaluate and predict.
     skip_bad_rows: skip and count the bad rows (questions, sentences) of train_file and eval_file.
@@ -259,8 +260,9 @@ class TaskInput:
 
 def choose_packing(setup, features, plan):
     """The `packing.PackedPlan` of a fine-tuning run, or None (length strata): `--packing auto` packs the
-    tasks that pack (`Task.packs`) in one window when a packed micro-batch computes at most the strata's
-    positions."""
+    tasks that pack (`Task.packs`) in one window when a packed micro-batch (one model call) computes at most the
+    strata's positions plus what each of their other model calls costs the run once (`packing.part_positions`:
+    it decides for small models and short runs)."""
     from xlnet_tf.data import packing
 
     if setup.packing == "none" or not tasks.get(setup.task).packs or setup.doc_len is not None:
@@ -269,10 +271,12 @@ def choose_packing(setup, features, plan):
     packed = packing.packed_plan(plan, lengths, packing.choose_width(lengths, setup.max_seq_len))
     shape, strata = packed.shape, plan.strata
     strata_positions = strata.positions_per_row * sum(strata.counts) * (lengths.shape[1] if lengths.ndim == 2 else 1)
-    chosen = packing.pays(shape, strata_positions)
+    per_part = packing.part_positions(setup.config.d_model, setup.config.d_inner, len(plan.batches[0]))
+    chosen = packing.pays(shape, strata_positions, len(strata.widths), per_part)
     log.info("packing: %d rows of %d (at most %d examples a row) per micro-batch, %d positions against the length "
-             "strata's %.0f: %s", shape.rows, shape.width, shape.slots, shape.rows * shape.width, strata_positions,
-             "packed" if chosen else "strata (packing does not pay)")
+             "strata's %.0f in %d model calls (each call after the first worth %.0f positions in this run): %s",
+             shape.rows, shape.width, shape.slots, shape.rows * shape.width, strata_positions, len(strata.widths),
+             per_part, "packed" if chosen else "strata (packing does not pay)")
     return packed if chosen else None
 
 
