@@ -86,6 +86,33 @@ def test_strata_hold_whole_batch_shares_and_fit_their_widths():
     assert sum(few.counts) == 8 and all(len(r) for r in few.rows)
 
 
+def test_auto_strata_count_each_extra_model_call():
+    """`auto` weighs the positions a stratum saves against what its model call costs the run once
+    (`part_positions`): a tiny model's short run keeps fewer strata; without that cost (or for a long run of a
+    published size) the positions alone decide, as before."""
+    from xlnet_tf.config import MODEL_SIZES
+
+    rng = np.random.default_rng(1)
+    lengths = mixed_lengths(rng, 3000)
+    tiny, base = MODEL_SIZES["tiny"], MODEL_SIZES["base"]
+    plain = buckets.stratify(lengths, 16, 80)
+    costs = {"tiny, 300 steps": buckets.part_positions(tiny.d_model, tiny.d_inner, 300),
+             "tiny, 100,000 steps": buckets.part_positions(tiny.d_model, tiny.d_inner, 100_000),
+             "base, 1,000 steps": buckets.part_positions(base.d_model, base.d_inner, 1000)}
+    chosen = {what: buckets.stratify(lengths, 16, 80, part_cost=cost) for what, cost in costs.items()}
+    print(f"batches of 16 (max 80): positions alone: widths {plain.widths} ({plain.positions_per_row * 16:.0f} "
+          f"positions a batch)")
+    for what, strata in chosen.items():
+        print(f"  {what}: an extra call worth {costs[what]:.2f} positions: widths {strata.widths} "
+              f"({strata.positions_per_row * 16:.0f} positions)")
+    assert len(plain.widths) >= 3
+    assert len(chosen["tiny, 300 steps"].widths) < len(plain.widths)
+    for what in ("tiny, 100,000 steps", "base, 1,000 steps"):
+        strata = chosen[what]
+        assert (strata.widths, strata.counts) == (plain.widths, plain.counts)
+        assert all(np.array_equal(a, b) for a, b in zip(strata.rows, plain.rows))
+
+
 def test_training_plan_mirrors_the_data_and_reads_each_row_once_per_epoch():
     rng = np.random.default_rng(1)
     lengths = mixed_lengths(rng, 300)

@@ -105,9 +105,9 @@ def test_packing_pays_when_its_one_call_beats_the_strata_positions_and_their_cal
 
     shape = packing.PackedShape(width=64, rows=13, slots=3)  # the Quickstart's: 832 positions; its strata 792 in 4
     tiny, base = MODEL_SIZES["tiny"], MODEL_SIZES["base"]
-    short = packing.part_positions(tiny.d_model, tiny.d_inner, 300)
-    long = packing.part_positions(tiny.d_model, tiny.d_inner, 100_000)
-    published = packing.part_positions(base.d_model, base.d_inner, 1000)
+    short = buckets.part_positions(tiny.d_model, tiny.d_inner, 300)
+    long = buckets.part_positions(tiny.d_model, tiny.d_inner, 100_000)
+    published = buckets.part_positions(base.d_model, base.d_inner, 1000)
     print(f"an extra model call, in positions of a micro-batch: tiny model at 300 steps {short:.0f} (bound >= 100), "
           f"at 100,000 steps {long:.2f} (bound <= 1), XLNet-base at 1,000 steps {published:.2f} (bound <= 1)")
     assert short >= 100 and long <= 1 and published <= 1

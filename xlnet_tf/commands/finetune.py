@@ -154,7 +154,8 @@ def add_finetune_arguments(parser):
     parser.add_argument("--bucket-boundaries", default="auto", metavar="auto|none|L1,L2,...",
                           help="padding by length: every batch holds rows of each length stratum, each part "
                                "padded to its stratum's width (auto: up to 4 strata chosen from the training "
-                               "file; none: every row padded to --max-seq-len; L1,L2,...: these widths); "
+                               "file, fewer where a stratum's model call costs more than it saves: small "
+                               "models, short runs; none: every row padded to --max-seq-len; L1,L2,...: these widths); "
                                "evaluate and predict batch by the same widths")
     parser.add_argument("--packing", default="auto", metavar="auto|none",
                           help="auto (the default): classification, regression, multi-label and race pack a step's "

@@ -198,32 +198,10 @@ def inference_layouts(lengths, batch_size, width, group_batches=32):
     return shape, calls
 
 
-# What one more model call in every training step (one more length stratum) costs a run once, in multiply-adds
-# per layer: tracing the call and its gradient, optimising their graph and running them the first time. Measured
-# on 2 CPU cores (Intel Xeon, AVX-512, 2026-12-07) with the tiny model (2 layers, d_model 64): the Quickstart's
-# fine-tuning over 4 strata took 6.8 s more (9.5 s more CPU) than over one packed call, at 100 and at 200 steps
-# alike, about 1.1 s per extra call and layer, while the packed step ran ~10.8 G multiply-adds a second.
-PART_ONE_TIME_MADDS = 1.2e10
-
-
-def position_madds(d_model, d_inner):
-    """Multiply-adds one position costs one layer in a training step: the forward's projections (query, key,
-    value, relative position, output: 5 d_model^2; the feed-forward's two: 2 d_model d_inner), times 3 for the
-    forward and the backward."""
-    return 3 * (5 * d_model * d_model + 2 * d_model * d_inner)
-
-
-def part_positions(d_model, d_inner, micro_batches):
-    """The once-per-run cost of one more model call per micro-batch (`PART_ONE_TIME_MADDS`), spread over the
-    run's `micro_batches`, in positions of a micro-batch: 250 for the tiny model at 300 steps, under 1 for
-    XLNet-base from about 520."""
-    return PART_ONE_TIME_MADDS / (position_madds(d_model, d_inner) * max(1, int(micro_batches)))
-
-
 def pays(packed_shape, strata_positions, parts=1, positions_per_part=0.0):
     """Whether packing pays against length strata (`--packing auto`): a packed micro-batch (one model call)
     computes at most `strata_positions`, the positions of the strata's `parts` (one model call each), plus
-    `positions_per_part` (`part_positions`) for each of their calls after the first."""
+    `positions_per_part` (`buckets.part_positions`) for each of their calls after the first."""
     return packed_shape.rows * packed_shape.width <= strata_positions + (parts - 1) * positions_per_part
 
 

@@ -5,6 +5,7 @@ and the architecture (finetune_config.json, xlnet_config.json, spiece.model), so
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 
@@ -33,8 +34,8 @@ class FinetuneSetup:
     """What `xlnet-tf finetune` needs besides the training options.
 
     bucket_boundaries: how batches are padded by length (`xlnet_tf.data.buckets.stratify`): "auto" (length
-    strata chosen from the training file), "none" (every row padded to max_seq_len) or ascending widths
-    "L1,L2,...".
+    strata chosen from the training file, the model's size and the run's steps), "none" (every row padded to
+    max_seq_len) or ascending widths "L1,L2,...".
     long_doc: "truncate" (one window of max_seq_len, the original's) or "memory" (classification, regression,
     RACE: texts of up to `max_doc_len` tokens read as segments of max_seq_len, each attending to the memory
     of the ones before it: `mem_len` positions per layer, 0 = all of them; memory keeps its gradient for the
@@ -261,9 +262,9 @@ class TaskInput:
 def choose_packing(setup, features, plan):
     """The `packing.PackedPlan` of a fine-tuning run, or None (length strata): `--packing auto` packs the
     tasks that pack (`Task.packs`) in one window when a packed micro-batch (one model call) computes at most the
-    strata's positions plus what each of their other model calls costs the run once (`packing.part_positions`:
+    strata's positions plus what each of their other model calls costs the run once (`buckets.part_positions`:
     it decides for small models and short runs)."""
-    from xlnet_tf.data import packing
+    from xlnet_tf.data import buckets, packing
 
     if setup.packing == "none" or not tasks.get(setup.task).packs or setup.doc_len is not None:
         return None
@@ -271,7 +272,7 @@ def choose_packing(setup, features, plan):
     packed = packing.packed_plan(plan, lengths, packing.choose_width(lengths, setup.max_seq_len))
     shape, strata = packed.shape, plan.strata
     strata_positions = strata.positions_per_row * sum(strata.counts) * (lengths.shape[1] if lengths.ndim == 2 else 1)
-    per_part = packing.part_positions(setup.config.d_model, setup.config.d_inner, len(plan.batches[0]))
+    per_part = buckets.part_positions(setup.config.d_model, setup.config.d_inner, len(plan.batches[0]))
     chosen = packing.pays(shape, strata_positions, len(strata.widths), per_part)
     log.info("packing: %d rows of %d (at most %d examples a row) per micro-batch, %d positions against the length "
              "strata's %.0f in %d model calls (each call after the first worth %.0f positions in this run): %s",
@@ -316,10 +317,14 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
         finetune_config.update(max_doc_len=setup.max_doc_len, mem_len=setup.mem_len or width - setup.max_seq_len,
                                grad_segments=setup.grad_segments)
     replicas = strategy.num_replicas_in_sync
-    strata = buckets.stratify(train.features["length"], options.batch_size // replicas, width,
-                              parse_widths(setup.bucket_boundaries, setup.max_seq_len, setup.doc_len),
-                              multiple=setup.max_seq_len if setup.doc_len else buckets.PAD_MULTIPLE)
-    finetune_config["bucket_boundaries"] = sorted(set(strata.widths) | {width})  # evaluate / predict
+    part_cost = buckets.part_positions(setup.config.d_model, setup.config.d_inner,
+                                       options.train_steps * options.grad_accum_steps)
+    stratified = functools.partial(buckets.stratify, train.features["length"], options.batch_size // replicas, width,
+                                   parse_widths(setup.bucket_boundaries, setup.max_seq_len, setup.doc_len),
+                                   multiple=setup.max_seq_len if setup.doc_len else buckets.PAD_MULTIPLE)
+    strata = stratified(part_cost=part_cost)
+    # evaluate / predict: the widths of the positions alone (inference traces the model once for every width)
+    finetune_config["bucket_boundaries"] = sorted(set(stratified().widths) | {width})
     mean_length = float(np.mean(train.features["length"]))
     log.info("length strata: widths %s, rows per replica batch %s (padded positions per real token %.2f; %.2f "
              "at width %d)", list(strata.widths), list(strata.counts), strata.positions_per_row / mean_length,
