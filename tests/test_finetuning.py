@@ -110,8 +110,9 @@ def test_classification_and_regression(pretrained, span_run, warm_cli, tmp_path)
                                 "--recompute", "blocks")  # the same gradients, less memory
     with regression:
         # Explicit widths: `auto` keeps one stratum for a tiny model's 100 steps, where an extra model call costs more
-        # than its padding (test_buckets checks that choice).
-        for buckets in ("16,32", "none"):  # 100 steps: the loss is ~0.02 by step 100 of 200 (0.993 either way after 200)
+        # than its padding (test_buckets checks that choice). 100 steps: the loss is ~0.02 by step 100 of 200 (0.993
+        # either way after 200).
+        for buckets in ("16,32", "none"):
             model_dir, results = finetune(pretrained, "classification", tmp_path / "classification-train.tsv",
                                           tmp_path / "classification-dev.tsv", 100, "--max-seq-len", "48",
                                           "--bucket-boundaries", buckets, "--packing", "none",

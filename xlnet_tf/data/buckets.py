@@ -33,8 +33,8 @@ FLAG = "--bucket-boundaries"
 # What one more model call in every training step (one more length stratum) costs a run once, in multiply-adds
 # per layer: tracing the call and its gradient, optimising their graph and running them the first time. Measured
 # on 2 CPU cores (Intel Xeon, AVX-512, 2026-12-07) with the tiny model (2 layers, d_model 64): the Quickstart's
-# fine-tuning over 4 strata took 6.8 s more (9.5 s more CPU) than over one packed call, at 100 and at 200 steps
-# alike, about 1.1 s per extra call and layer, while the packed step ran ~10.8 G multiply-adds a second.
+# fine-tuning over 4 strata took 6.3 and 6.8 s more (9.5 s more CPU both times) than over one packed call, at 100
+# and at 200 steps, about 1.1 s per extra call and layer, while the packed step ran ~10.8 G multiply-adds a second.
 PART_ONE_TIME_MADDS = 1.2e10
 
 
