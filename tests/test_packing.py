@@ -103,7 +103,8 @@ def test_packing_pays_when_its_one_call_beats_the_strata_positions_and_their_cal
     positions alone decide for the published sizes, as before)."""
     from xlnet_tf.config import MODEL_SIZES
 
-    shape = packing.PackedShape(width=64, rows=13, slots=3)  # the Quickstart's: 832 positions; its strata 792 in 4
+    # The Quickstart's data over the four strata the positions alone choose: 792 positions, or 13 packed rows of 64.
+    shape = packing.PackedShape(width=64, rows=13, slots=3)
     tiny, base = MODEL_SIZES["tiny"], MODEL_SIZES["base"]
     short = buckets.part_positions(tiny.d_model, tiny.d_inner, 300)
     long = buckets.part_positions(tiny.d_model, tiny.d_inner, 100_000)
@@ -111,7 +112,7 @@ def test_packing_pays_when_its_one_call_beats_the_strata_positions_and_their_cal
     print(f"an extra model call, in positions of a micro-batch: tiny model at 300 steps {short:.0f} (bound >= 100), "
           f"at 100,000 steps {long:.2f} (bound <= 1), XLNet-base at 1,000 steps {published:.2f} (bound <= 1)")
     assert short >= 100 and long <= 1 and published <= 1
-    assert packing.pays(shape, 792, 4, short)  # the Quickstart's run packs: 832 <= 792 + 3 x 250
+    assert packing.pays(shape, 792, 4, short)  # 832 <= 792 + 3 x 250: one packed call
     assert not packing.pays(shape, 792, 4, long) and not packing.pays(shape, 792, 4, published)
     # Without a cost per call (or one stratum) the positions alone decide, as before the rule counted calls.
     assert not packing.pays(shape, 792) and not packing.pays(shape, 831, 1, short)
