@@ -259,12 +259,12 @@ class TaskInput:
         return real, padded * self.rows_per_example
 
 
-def choose_packing(setup, features, plan):
+def choose_packing(setup, features, plan, part_cost):
     """The `packing.PackedPlan` of a fine-tuning run, or None (length strata): `--packing auto` packs the
     tasks that pack (`Task.packs`) in one window when a packed micro-batch (one model call) computes at most the
-    strata's positions plus what each of their other model calls costs the run once (`buckets.part_positions`:
-    it decides for small models and short runs)."""
-    from xlnet_tf.data import buckets, packing
+    strata's positions plus `part_cost` for each of their other model calls (what one costs the run once, in
+    positions: `buckets.part_positions`; it decides for small models and short runs)."""
+    from xlnet_tf.data import packing
 
     if setup.packing == "none" or not tasks.get(setup.task).packs or setup.doc_len is not None:
         return None
@@ -272,12 +272,11 @@ def choose_packing(setup, features, plan):
     packed = packing.packed_plan(plan, lengths, packing.choose_width(lengths, setup.max_seq_len))
     shape, strata = packed.shape, plan.strata
     strata_positions = strata.positions_per_row * sum(strata.counts) * (lengths.shape[1] if lengths.ndim == 2 else 1)
-    per_part = buckets.part_positions(setup.config.d_model, setup.config.d_inner, len(plan.batches[0]))
-    chosen = packing.pays(shape, strata_positions, len(strata.widths), per_part)
+    chosen = packing.pays(shape, strata_positions, len(strata.widths), part_cost)
     log.info("packing: %d rows of %d (at most %d examples a row) per micro-batch, %d positions against the length "
              "strata's %.0f in %d model calls (each call after the first worth %.0f positions in this run): %s",
              shape.rows, shape.width, shape.slots, shape.rows * shape.width, strata_positions, len(strata.widths),
-             per_part, "packed" if chosen else "strata (packing does not pay)")
+             part_cost, "packed" if chosen else "strata (packing does not pay)")
     return packed if chosen else None
 
 
@@ -330,7 +329,7 @@ def run_finetuning(setup: FinetuneSetup, options, strategy):
              "at width %d)", list(strata.widths), list(strata.counts), strata.positions_per_row / mean_length,
              width / mean_length, width)
     plan = buckets.training_plan(strata, options.train_steps, options.grad_accum_steps, replicas, options.seed)
-    packed = choose_packing(setup, train.features, plan)
+    packed = choose_packing(setup, train.features, plan, part_cost)
     finetune_config["packing"] = packed.shape.to_dict() if packed is not None else None  # evaluate / predict
 
     files.makedirs(setup.model_dir)
