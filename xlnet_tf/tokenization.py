@@ -32,8 +32,8 @@ records them in ``xlnet_tokenizer.json`` beside its ``spiece.model`` (``xlnet-tf
 it from the source's ``tokenizer_config.json``) and a fine-tuned one in ``finetune_config.json`` too.
 
 Public API: ``XLNetTokenizer``, ``preprocess_text``, ``train_spm``, ``tokenizer_settings``,
-``read_tokenizer_settings``; ``row_ids`` and ``substrings`` (ragged row ids and byte slices in memory linear in
-their values, which the feature builders use too).
+``read_tokenizer_settings``; ``row_ids``, ``substrings`` and ``search_sorted`` (ragged row ids and byte slices in
+memory linear in their values, and a 1-D ``tf.searchsorted`` in few graph ops, which the feature builders use too).
 """
 
 import collections
@@ -117,14 +117,14 @@ def _unicode_tables():
 def _in_ranges(codepoints, ranges):
     """Membership of int32 code points ``[N]`` in inclusive ``(lo, hi)`` runs -> bool ``[N]``."""
     lo, hi = ranges
-    i = tf.searchsorted(tf.constant(lo), codepoints, side="right") - 1
+    i = search_sorted(tf.constant(lo), codepoints, side="right", out_type=tf.int32) - 1
     return (i >= 0) & (codepoints <= tf.gather(tf.constant(hi), tf.maximum(i, 0)))
 
 
 def _lower(codepoints, tables):
     """Python ``str.lower`` per code point (int32 ``[N]``), without the final-sigma context."""
     keys, values = tf.constant(tables.lower_keys), tf.constant(tables.lower_values)
-    i = tf.minimum(tf.searchsorted(keys, codepoints), tf.size(keys) - 1)
+    i = tf.minimum(search_sorted(keys, codepoints, out_type=tf.int32), tf.size(keys) - 1)
     return tf.where(tf.gather(keys, i) == codepoints, tf.gather(values, i), codepoints)
 
 
@@ -149,12 +149,22 @@ def _final_sigmas(codepoints, rows, tables):
 # Ragged rows and byte slices in linear memory (also the feature builders')
 
 
+def search_sorted(sorted_values, values, side="left", out_type=tf.int64):
+    """``tf.searchsorted`` of 1-D ``values [N]`` in the 1-D ascending ``sorted_values [M]`` -> ``out_type [N]``: the
+    same indices in 7 graph ops, where tf.searchsorted's reshapes (for inputs of any rank) build 19; the text
+    signatures of an export trace it dozens of times."""
+    search = tf.raw_ops.UpperBound if side == "right" else tf.raw_ops.LowerBound
+    found = search(sorted_inputs=tf.expand_dims(sorted_values, 0), values=tf.expand_dims(values, 0), out_type=out_type)
+    return tf.reshape(found, [-1])
+
+
 def row_ids(rt):
     """The row of every value of ragged ``rt [B, None]``, int64 ``[N]`` (``rt.value_rowids()``), in memory linear in
     N: TensorFlow's own (and ``tf.ragged.boolean_mask``'s) tiles each row's index to the longest row's length, so a
     batch of many short rows and one long one costs rows x longest."""
     splits = tf.cast(rt.row_splits, tf.int64)
-    return tf.searchsorted(splits[1:], tf.range(splits[-1]), side="right", out_type=tf.int64)
+    index = tf.raw_ops.Range(start=tf.constant(0, tf.int64), limit=splits[-1], delta=tf.constant(1, tf.int64))
+    return search_sorted(splits, index, side="right") - 1  # the splits at or before a value, less the leading 0
 
 
 def substrings(text, rows, starts, lengths):
@@ -424,11 +434,10 @@ class XLNetTokenizer(tf.Module):
         # Preprocessed byte offset -> output character -> original character's byte span.
         row_base = tf.gather(align.row_base, rows)
         at_end = s >= tf.gather(align.row_bytes, rows)  # empty span at the very end of the text
-        k = tf.searchsorted(align.char_pos, row_base + s - tf.cast(at_end, tf.int64),
-                            side="right", out_type=tf.int64) - 1
+        k = search_sorted(align.char_pos, row_base + s - tf.cast(at_end, tf.int64), side="right") - 1
         k = tf.maximum(k, 0)
         orig_start = tf.where(at_end, tf.gather(align.src_end, k), tf.gather(align.src_start, k))
-        k = tf.searchsorted(align.char_pos, row_base + e - 1, side="right", out_type=tf.int64) - 1
+        k = search_sorted(align.char_pos, row_base + e - 1, side="right") - 1
         orig_end = tf.where(e > s, tf.gather(align.src_end, tf.maximum(k, 0)), orig_start)
         return ids, starts.with_flat_values(orig_start), ends.with_flat_values(orig_end)
 

@@ -37,7 +37,7 @@ import math
 import tensorflow as tf
 
 from xlnet_tf.data.labels import IGNORE  # the label id of positions that are not scored
-from xlnet_tf.tokenization import row_ids
+from xlnet_tf.tokenization import row_ids, search_sorted
 
 SEP_ID, CLS_ID, PAD_ID = 4, 3, 5
 # Segment ids of the original scripts (classifier_utils / run_race and run_squad).
@@ -48,9 +48,10 @@ SQUAD_SEG_P, SQUAD_SEG_Q, SQUAD_SEG_CLS, SQUAD_SEG_PAD = 0, 1, 2, 3
 # Helpers
 
 
-def _positions(rt):
-    """Position of every value of ragged ``rt [B, None]`` inside its row, int64 ``[N]``."""
-    rows = row_ids(rt)
+def _positions(rt, rows=None):
+    """Position of every value of ragged ``rt [B, None]`` inside its row, int64 ``[N]`` (``rows``: its `row_ids`,
+    when the caller has them)."""
+    rows = row_ids(rt) if rows is None else rows
     return tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(rt.row_starts(), rows)
 
 
@@ -59,8 +60,8 @@ def _keep(rt, keep, last):
     in its values (``tf.ragged.boolean_mask`` is not, see ``tokenization.row_ids``)."""
     lengths = rt.row_lengths()
     keep = tf.maximum(tf.minimum(tf.cast(keep, lengths.dtype), lengths), 0)
-    at = _positions(rt)
     rows = row_ids(rt)
+    at = _positions(rt, rows)
     mask = at >= tf.gather(lengths - keep, rows) if last else at < tf.gather(keep, rows)
     return tf.RaggedTensor.from_row_lengths(tf.gather(rt.values, tf.where(mask)[:, 0]), keep, validate=False)
 
@@ -114,7 +115,7 @@ def pad_rows(rt, width, pad_value, left=False):
     an int scalar tensor (see ``batch_width``).
     """
     rows = row_ids(rt)
-    pos = _positions(rt)
+    pos = _positions(rt, rows)
     width64 = tf.cast(width, tf.int64)
     if left:
         pos += width64 - tf.gather(rt.row_lengths(), rows)
@@ -158,7 +159,7 @@ def byte_to_char_offsets(strings, offsets):
     global_starts = starts.values + tf.gather(base, row_ids(starts))
     rows = row_ids(offsets)
     query = tf.cast(offsets.values, tf.int64) + tf.gather(base, rows)
-    index = tf.searchsorted(global_starts, query, side="left", out_type=tf.int64)
+    index = search_sorted(global_starts, query)
     return offsets.with_flat_values(index - tf.gather(starts.row_starts(), rows))
 
 
@@ -511,7 +512,7 @@ def race_qa_text(questions, options, last_bytes=None):
     opt = tf.reshape(options, [-1])
     pieces = tf.strings.split(q, sep="_")  # ragged [B * C, None]; one piece when there is no "_"
     rows = row_ids(pieces)
-    last = _positions(pieces) + 1 == tf.gather(pieces.row_lengths(), rows)
+    last = _positions(pieces, rows) + 1 == tf.gather(pieces.row_lengths(), rows)
     if last_bytes is None:
         parts = tf.strings.join([pieces.values, tf.where(last, "", tf.gather(opt, rows))])
     else:
@@ -594,11 +595,11 @@ def _word_windows(starts, ends, first_word, end_word, span, stride):
     def body(k, a, done, out):
         active = ~done
         s_a = first_piece(a)
-        b = tf.searchsorted(ends, s_a + span, side="right", out_type=tf.int64)
+        b = search_sorted(ends, s_a + span, side="right")
         b = tf.minimum(tf.maximum(b, a + 1), end_word)
         out = [tf.concat([o, tf.boolean_mask(v, active)], 0)
                for o, v in zip(out, (tf.range(tf.size(a, out_type=tf.int64)), tf.fill(tf.shape(a), k), a, b))]
-        following = tf.searchsorted(starts, s_a + stride, side="left", out_type=tf.int64)
+        following = search_sorted(starts, s_a + stride)
         following = tf.minimum(tf.maximum(following, a + 1), b)
         done = done | (b >= end_word)
         return k + 1, tf.where(done, a, following), done, out
@@ -688,7 +689,7 @@ def token_windows(word_ids, max_seq_len, doc_stride=None, pad_to_multiple=None, 
     w_pieces = tf.where(nonempty, w_last_end - w_first, 0)
     piece = tf.ragged.range(w_first, w_first + w_pieces)  # [R, None] global piece indices
     piece_row = piece.value_rowids()
-    piece_word = tf.searchsorted(ends, piece.values, side="right", out_type=tf.int64)
+    piece_word = search_sorted(ends, piece.values, side="right")
     local_word = piece_word - tf.gather(first_word, tf.gather(sentence_of_word, piece_word))
     first_piece = piece.values == tf.gather(starts, piece_word)
     scored = tf.gather(best, piece_word) == piece_row

@@ -14,7 +14,7 @@ entities. These two steps are here, in core TensorFlow ops only (no Python loops
   tag scheme (BIO / IOB2 / IOBES / plain tags, malformed sequences included).
 
 The character classes and the tag rules are turned into small constant tables in Python (once) and
-looked up in the graph with ``tf.searchsorted`` / ``tf.gather``.
+looked up in the graph with ``search_sorted`` / ``tf.gather``.
 
 Public API: ``split_words``, ``chunk_entities``.
 """
@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.metrics import chunk_ends, chunk_starts, tag_parts
-from xlnet_tf.tokenization import row_ids, substrings
+from xlnet_tf.tokenization import row_ids, search_sorted, substrings
 
 __all__ = ["split_words", "chunk_entities"]
 
@@ -64,7 +64,7 @@ def _class_table():
 def _classes(codepoints):
     """Class of every code point, int32 tensor ``[N]`` -> int32 ``[N]`` (one searchsorted into the runs)."""
     bounds, classes = _class_table()
-    run = tf.searchsorted(tf.constant(bounds), codepoints, side="right", out_type=tf.int32) - 1
+    run = search_sorted(tf.constant(bounds), codepoints, side="right", out_type=tf.int32) - 1
     return tf.gather(tf.constant(classes), tf.maximum(run, 0))
 
 
