@@ -12,7 +12,8 @@ import sentencepiece as spm
 import tensorflow as tf
 
 from xlnet_tf.tokenization import (
-    SPECIAL_PIECES, USER_DEFINED_SYMBOLS, XLNetTokenizer, preprocess_text, row_ids, search_sorted, train_spm)
+    SPECIAL_PIECES, USER_DEFINED_SYMBOLS, XLNetTokenizer, element_index, kept, preprocess_text, row_ids, search_sorted,
+    train_spm)
 
 def model_proto_class():
     """The fields of SentencePiece's ModelProto this file reads (field numbers and enums of
@@ -201,10 +202,11 @@ def test_uncased_training_saw_preprocessed_text(models):
     assert not upper and not accented
 
 
-def test_search_sorted_and_row_ids_give_tensorflows_indices_in_fewer_ops():
-    """`search_sorted` (1-D, the feature graphs' lookups) is tf.searchsorted with fewer graph ops, on both sides, in
-    int32 and int64, with repeats, empty inputs and values outside the sorted range; `row_ids` built on it is
-    value_rowids, empty rows included."""
+def test_graph_helpers_give_tensorflows_results_in_fewer_ops():
+    """The feature graphs' small helpers against the TensorFlow functions they stand for: `search_sorted` (1-D) is
+    tf.searchsorted on both sides, in int32 and int64, with repeats, empty inputs and values outside the sorted
+    range; `row_ids` is value_rowids, empty rows included; `element_index` is tf.range over the elements; `kept`
+    is tf.boolean_mask. Each builds fewer graph ops than the function it stands for."""
     import numpy as np
 
     rng = np.random.default_rng(7)
@@ -219,21 +221,30 @@ def test_search_sorted_and_row_ids_give_tensorflows_indices_in_fewer_ops():
             got = search_sorted(tf.constant(a), tf.constant(v), side=side, out_type=out)
             assert got.dtype == out and got.numpy().tolist() == want, (a, v, side)
             cases += 1
+        mask = rng.random(v.shape) < 0.5
+        assert kept(tf.constant(v), tf.constant(mask)).numpy().tolist() == v[mask].tolist(), (v, mask)
+        assert element_index(tf.constant(v)).numpy().tolist() == list(range(v.size))
+        cases += 2
     for lengths in ([], [0], [0, 0], [3, 0, 7], rng.integers(0, 6, 40).tolist()):
         rt = tf.RaggedTensor.from_row_lengths(tf.zeros([int(sum(lengths))]), tf.constant(lengths, tf.int64))
         assert row_ids(rt).numpy().tolist() == rt.value_rowids().numpy().tolist(), lengths
         cases += 1
-    graph = tf.Graph()
-    with graph.as_default():
-        sorted_values, values = tf.constant([0, 3, 3, 7], tf.int64), tf.constant([1, 3, 9], tf.int64)
-        before = len(graph.get_operations())
-        search_sorted(sorted_values, values, side="right")
-        ours = len(graph.get_operations()) - before
-        tf.searchsorted(sorted_values, values, side="right", out_type=tf.int64)
-        theirs = len(graph.get_operations()) - before - ours
-    print(f"{cases} cases equal to TensorFlow's (bound: all); graph ops {ours} against tf.searchsorted's {theirs} "
-          f"(bound: fewer)")
-    assert ours < theirs
+
+    def ops(build):
+        graph = tf.Graph()
+        with graph.as_default():
+            values, mask = tf.constant([0, 3, 3, 7], tf.int64), tf.constant([True, False, True, True])
+            before = len(graph.get_operations())
+            build(values, mask)
+            return len(graph.get_operations()) - before
+
+    counts = {"search_sorted": (ops(lambda x, m: search_sorted(x, x, side="right")),
+                                ops(lambda x, m: tf.searchsorted(x, x, side="right", out_type=tf.int64))),
+              "element_index": (ops(lambda x, m: element_index(x)), ops(lambda x, m: tf.range(tf.size(x, tf.int64)))),
+              "kept": (ops(kept), ops(tf.boolean_mask))}
+    print(f"{cases} cases equal to TensorFlow's (bound: all); graph ops, ours against TensorFlow's: {counts} "
+          f"(bound: fewer each)")
+    assert all(ours < theirs for ours, theirs in counts.values())
 
 
 def test_train_spm_rejects_missing_and_empty_input(tmp_path):

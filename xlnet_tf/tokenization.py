@@ -32,8 +32,9 @@ records them in ``xlnet_tokenizer.json`` beside its ``spiece.model`` (``xlnet-tf
 it from the source's ``tokenizer_config.json``) and a fine-tuned one in ``finetune_config.json`` too.
 
 Public API: ``XLNetTokenizer``, ``preprocess_text``, ``train_spm``, ``tokenizer_settings``,
-``read_tokenizer_settings``; ``row_ids``, ``substrings`` and ``search_sorted`` (ragged row ids and byte slices in
-memory linear in their values, and a 1-D ``tf.searchsorted`` in few graph ops, which the feature builders use too).
+``read_tokenizer_settings``; ``row_ids``, ``substrings``, ``search_sorted``, ``element_index`` and ``kept`` (ragged
+row ids and byte slices in memory linear in their values; 1-D ``tf.searchsorted``, ``tf.range`` and
+``tf.boolean_mask`` in few graph ops), which the feature builders use too.
 """
 
 import collections
@@ -158,6 +159,18 @@ def search_sorted(sorted_values, values, side="left", out_type=tf.int64):
     return tf.reshape(found, [-1])
 
 
+def element_index(tensor):
+    """0, 1, ..., N - 1 for the N elements of ``tensor``: int64 ``[N]``, in 4 graph ops (``tf.range`` casts its
+    bounds: 6)."""
+    return tf.raw_ops.Range(start=tf.constant(0, tf.int64), limit=tf.size(tensor, out_type=tf.int64),
+                            delta=tf.constant(1, tf.int64))
+
+
+def kept(values, mask):
+    """``values[mask]`` for 1-D ``values`` and bool ``mask`` ``[N]``, in 5 graph ops (``tf.boolean_mask``: 27)."""
+    return tf.gather(values, tf.reshape(tf.where(mask), [-1]))
+
+
 def row_ids(rt):
     """The row of every value of ragged ``rt [B, None]``, int64 ``[N]`` (``rt.value_rowids()``), in memory linear in
     N: TensorFlow's own (and ``tf.ragged.boolean_mask``'s) tiles each row's index to the longest row's length, so a
@@ -200,7 +213,7 @@ def _preprocess_with_alignment(strings, lower_case, keep_accents=False, remove_s
     decoded, starts = tf.strings.unicode_decode_with_offsets(strings, "UTF-8", errors="replace")
     cps, splits = decoded.values, decoded.row_splits
     rows = row_ids(decoded)
-    idx = tf.range(tf.size(cps, out_type=tf.int64))
+    idx = element_index(cps)
     row_start, row_limit = tf.gather(splits, rows), tf.gather(splits[1:], rows)
     first, last = idx == row_start, idx + 1 == row_limit
     n_bytes = tf.gather(tf.cast(tf.strings.length(strings), tf.int64), rows)
@@ -225,7 +238,9 @@ def _preprocess_with_alignment(strings, lower_case, keep_accents=False, remove_s
     closes = quote & (in_run % 2 == 1)
 
     # 3. NFKD, per character (combining marks are dropped next, so canonical reordering cannot matter).
-    chars = tf.strings.unicode_encode(cps[:, None], "UTF-8")
+    chars = tf.raw_ops.UnicodeEncode(  # one string per code point (tf.strings.unicode_encode of cps[:, None]: 43 ops)
+        input_values=cps, input_splits=tf.concat([element_index(cps), tf.size(cps, out_type=tf.int64)[None]], 0),
+        output_encoding="UTF-8", errors="replace", replacement_char=0xFFFD)
     if keep_accents:  # no NFKD; str.lower's one two-character result (İ -> i + U+0307) is made here
         if lower_case:
             chars = tf.where(cps == 0x130, "i\u0307", chars)
@@ -235,9 +250,9 @@ def _preprocess_with_alignment(strings, lower_case, keep_accents=False, remove_s
     chars = tf.where(space, tf.where(keep_space, " ", ""), quoted) if remove_space else quoted
     out = tf.strings.unicode_decode(chars, "UTF-8")
     keep = tf.ones_like(out.values, tf.bool) if keep_accents else ~_in_ranges(out.values, tables.combining)
-    out_cps = tf.boolean_mask(out.values, keep)
+    out_cps = kept(out.values, keep)
     out_src = row_ids(out)  # the input char of each char NFKD made
-    src = tf.boolean_mask(out_src, keep)  # input char of each output char
+    src = kept(out_src, keep)  # input char of each output char
     out_rows = tf.gather(rows, src)
 
     # A dropped non-space char (closing quote, separate combining mark) joins the span of the char before
@@ -386,7 +401,7 @@ class XLNetTokenizer(tf.Module):
         sub, sub_start, sub_end = self._sp.tokenize_with_offsets(inner)
         # If the piece had no leading "▁" but re-encoding added one, strip it (or drop a bare "▁").
         values, sub_rows = sub.values, row_ids(sub)
-        is_first = tf.range(tf.size(values, out_type=tf.int64)) == tf.gather(sub.row_splits, sub_rows)
+        is_first = element_index(values) == tf.gather(sub.row_splits, sub_rows)
         had_prefix = tf.strings.substr(piece, 0, 3) == SPIECE_UNDERLINE  # "▁" is 3 bytes
         fix = (is_first & ~tf.gather(had_prefix, sub_rows)
                & (tf.strings.substr(values, 0, 3) == SPIECE_UNDERLINE))

@@ -37,7 +37,7 @@ import math
 import tensorflow as tf
 
 from xlnet_tf.data.labels import IGNORE  # the label id of positions that are not scored
-from xlnet_tf.tokenization import row_ids, search_sorted
+from xlnet_tf.tokenization import element_index, kept, row_ids, search_sorted
 
 SEP_ID, CLS_ID, PAD_ID = 4, 3, 5
 # Segment ids of the original scripts (classifier_utils / run_race and run_squad).
@@ -52,7 +52,7 @@ def _positions(rt, rows=None):
     """Position of every value of ragged ``rt [B, None]`` inside its row, int64 ``[N]`` (``rows``: its `row_ids`,
     when the caller has them)."""
     rows = row_ids(rt) if rows is None else rows
-    return tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(rt.row_starts(), rows)
+    return element_index(rows) - tf.gather(tf.cast(rt.row_splits, tf.int64), rows)  # a row starts at its split
 
 
 def _keep(rt, keep, last):
@@ -100,7 +100,7 @@ def concat_rows(parts):
     positions = []
     for part, length in zip(parts, lengths):
         start_in_output = offset - tf.cast(part.row_starts(), tf.int64)
-        positions.append(tf.range(tf.size(part.values, out_type=tf.int64)) + tf.gather(start_in_output, row_ids(part)))
+        positions.append(element_index(part.values) + tf.gather(start_in_output, row_ids(part)))
         offset += length
     values = tf.scatter_nd(tf.concat(positions, 0)[:, None], tf.concat([part.values for part in parts], 0),
                            tf.reshape(tf.reduce_sum(total), [1]))
@@ -489,7 +489,7 @@ def _cloze_tails(pieces, rows, last, options, last_bytes):
     option_len = tf.cast(tf.strings.length(options), tf.int64)
     glue_len = tf.where(last, tf.zeros_like(piece_len), tf.gather(option_len, rows))
     through = tf.cumsum(piece_len + glue_len)  # bytes of the batch's texts up to the end of each part
-    room = tf.maximum(last_bytes - (tf.gather(tf.boolean_mask(through, last), rows) - through), 0)
+    room = tf.maximum(last_bytes - (tf.gather(kept(through, last), rows) - through), 0)
     glue_keep = tf.minimum(glue_len, room)
     piece_keep = tf.minimum(piece_len, tf.maximum(room - glue_len, 0))
     heads = tf.strings.substr(pieces, piece_len - piece_keep, piece_keep)
@@ -597,8 +597,8 @@ def _word_windows(starts, ends, first_word, end_word, span, stride):
         s_a = first_piece(a)
         b = search_sorted(ends, s_a + span, side="right")
         b = tf.minimum(tf.maximum(b, a + 1), end_word)
-        out = [tf.concat([o, tf.boolean_mask(v, active)], 0)
-               for o, v in zip(out, (tf.range(tf.size(a, out_type=tf.int64)), tf.fill(tf.shape(a), k), a, b))]
+        out = [tf.concat([o, kept(v, active)], 0)
+               for o, v in zip(out, (element_index(a), tf.fill(tf.shape(a), k), a, b))]
         following = search_sorted(starts, s_a + stride)
         following = tf.minimum(tf.maximum(following, a + 1), b)
         done = done | (b >= end_word)

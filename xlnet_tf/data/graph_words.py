@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.metrics import chunk_ends, chunk_starts, tag_parts
-from xlnet_tf.tokenization import row_ids, search_sorted, substrings
+from xlnet_tf.tokenization import element_index, row_ids, search_sorted, substrings
 
 __all__ = ["split_words", "chunk_entities"]
 
@@ -136,7 +136,7 @@ def split_words(text):
     byte_starts = tf.cast(byte_starts, tf.int64)
     byte_len = tf.cast(tf.strings.length(text), tf.int64)
     rows = row_ids(byte_starts)
-    index = tf.range(tf.size(rows, out_type=tf.int64))
+    index = element_index(rows)
     first = tf.equal(index, tf.gather(byte_starts.row_starts(), rows))
     last = tf.equal(index + 1, tf.gather(byte_starts.row_limits(), rows))
     classes = _classes(codepoints.values)
@@ -192,7 +192,7 @@ def _with_boundaries(tag_ids, boundary):
         tf.zeros([tf.reduce_sum(lengths + 1)], tf.int64), lengths + 1, validate=False)
     sentence = padded.value_rowids()
     offsets = padded.row_starts()
-    flat = tf.range(tf.size(sentence, out_type=tf.int64))
+    flat = element_index(sentence)
     local = flat - tf.gather(offsets, sentence)
     values = tf.concat([tag_ids.values, tf.fill([1], tf.constant(boundary, tf.int64))], 0)
     labels = tf.where(local < tf.gather(lengths, sentence), tf.gather(values, flat - sentence),

@@ -87,12 +87,13 @@ def add_head_bias(heads, bias):
 
 def _shape(tensor):
     """Static dimensions where known, dynamic ones otherwise (a `Shape` op only when some are unknown: in a traced
-    training step most shapes are static, and every op costs tracing and graph optimisation time)."""
+    training step most shapes are static, and every op costs tracing and graph optimisation time; the dynamic ones
+    come from one `Unpack` of it, not a slice of 4 ops each)."""
     tensor = tf.convert_to_tensor(tensor)
     static = tensor.shape.as_list()
     if None not in static:
         return static
-    dynamic = tf.shape(tensor)
+    dynamic = tf.unstack(tf.shape(tensor), num=len(static))
     return [dim if dim is not None else dynamic[i] for i, dim in enumerate(static)]
 
 
