@@ -167,7 +167,7 @@ def element_index(tensor):
 
 
 def kept(values, mask):
-    """``values[mask]`` for 1-D ``values`` and bool ``mask`` ``[N]``, in 5 graph ops (``tf.boolean_mask``: 27)."""
+    """``values[mask]`` for ``values [N, ...]`` and a bool ``mask [N]``, in 5 graph ops (``tf.boolean_mask``: 27)."""
     return tf.gather(values, tf.reshape(tf.where(mask), [-1]))
 
 

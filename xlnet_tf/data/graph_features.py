@@ -63,7 +63,7 @@ def _keep(rt, keep, last):
     rows = row_ids(rt)
     at = _positions(rt, rows)
     mask = at >= tf.gather(lengths - keep, rows) if last else at < tf.gather(keep, rows)
-    return tf.RaggedTensor.from_row_lengths(tf.gather(rt.values, tf.where(mask)[:, 0]), keep, validate=False)
+    return tf.RaggedTensor.from_row_lengths(kept(rt.values, mask), keep, validate=False)
 
 
 def keep_first(rt, keep):
