@@ -151,6 +151,9 @@ def op_tracebacks_off():
 
 
 FILE_SECONDS = {}  # test file -> seconds of setup, call and teardown, summed (in xdist's controller: every worker's)
+FILE_CPU_SECONDS = {}  # test file -> CPU seconds of its tests (`_tree_cpu_seconds`), summed the same way
+CPU_PROPERTY = "cpu_s"  # the report's user property that carries a test's CPU seconds to the controller
+_CPU_AT_START = {}  # in the test process: node id -> `_tree_cpu_seconds()` when the test's setup began
 
 
 XLA_CACHE_FLAG = "--tf_xla_persistent_cache_directory"
@@ -178,9 +181,57 @@ def pytest_sessionstart(session):
     session.config.stash[SESSION_START] = time.monotonic()
 
 
+def _tree_cpu_seconds():
+    """CPU seconds (user + system) of this process and of every process under it: those still running, and those
+    that ended and were waited for by this process or one under it (the commands a warm launcher forked, a server a
+    test stopped). What the tests of a file cost a run on a busy machine, where their wall time also holds the
+    other worker's share of the cores. Linux's /proc; None elsewhere."""
+    try:
+        names = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    parents, seconds = {}, {}
+    for name in names:
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended meanwhile
+        pid = int(name)
+        parents[pid] = int(fields[1])
+        seconds[pid] = sum(int(value) for value in fields[11:15]) / tick  # utime stime cutime cstime
+    me, total = os.getpid(), 0.0
+    for pid, own in seconds.items():
+        ancestor = pid
+        while ancestor not in (me, 0, 1) and ancestor in parents:
+            ancestor = parents[ancestor]
+        total += own if ancestor == me else 0.0
+    return total
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _CPU_AT_START[nodeid] = _tree_cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The teardown's report carries the test's CPU seconds (setup, call and teardown) as a user property, which
+    xdist sends to the controller with it."""
+    outcome = yield
+    report = outcome.get_result()
+    began = _CPU_AT_START.pop(item.nodeid, None) if call.when == "teardown" else None
+    now = _tree_cpu_seconds() if began is not None else None
+    if now is not None:
+        report.user_properties.append((CPU_PROPERTY, round(now - began, 2)))
+
+
 def pytest_runtest_logreport(report):
     name = os.path.basename(report.nodeid.split("::", 1)[0])
     FILE_SECONDS[name] = FILE_SECONDS.get(name, 0.0) + report.duration
+    for key, value in report.user_properties:
+        if key == CPU_PROPERTY:
+            FILE_CPU_SECONDS[name] = FILE_CPU_SECONDS.get(name, 0.0) + value
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -201,6 +252,12 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line("test files over their time budget (seconds on this machine / the budget on 2 "
                                     "AVX2-only cores, tests/conftest.py BUDGETS_S): " + ", ".join(
                                         f"{name} {seconds:.0f} / {budgets[name]}" for seconds, name in over))
+    if FILE_CPU_SECONDS:
+        costly = sorted(((seconds, name) for name, seconds in FILE_CPU_SECONDS.items()), reverse=True)
+        terminalreporter.write_line(
+            f"CPU time of the tests {sum(FILE_CPU_SECONDS.values()):.0f} s (each test's process and every process it "
+            "started); the 10 largest files (CPU s / wall s): " + ", ".join(
+                f"{name} {seconds:.0f} / {FILE_SECONDS.get(name, 0.0):.0f}" for seconds, name in costly[:10]))
     target = "`make test-quick` under 4 min" if QUICK else "`make test` under 20 min"
     terminalreporter.write_line(f"suite wall time {wall / 60:.1f} min ({wall:.0f} s) on {os.cpu_count()} cores "
                                 f"({' '.join(shown) or 'no AVX2'}); target: {target} on 2 AVX2-only cores, budgets "

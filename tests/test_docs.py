@@ -288,6 +288,38 @@ def test_the_development_guide_shows_every_test_files_time_budget():
           "<= 2400 (20 minutes with two workers)", total <= 2400)
 
 
+# A process that spends `seconds` of CPU, then (when it has one) waits for a line on stdin.
+BURN = """import sys, time
+end = time.process_time() + float(sys.argv[1])
+while time.process_time() < end:
+    pass
+"""
+
+
+@pytest.mark.slow
+def test_a_tests_cpu_time_counts_the_processes_it_started():
+    """docs/development.md: every run prints each file's CPU time, that of the test processes and of every process
+    they started (tests/conftest.py `_tree_cpu_seconds`): a child still running counts, a grandchild its parent
+    waited for counts, and a child the test waited for keeps counting once it has ended."""
+    from conftest import _tree_cpu_seconds
+
+    child_code = (BURN + "import subprocess\nsubprocess.run([sys.executable, '-c', sys.argv[2], sys.argv[1]])\n"
+                  "print('burnt', flush=True)\nsys.stdin.readline()\n")
+    before = _tree_cpu_seconds()
+    child = subprocess.Popen([sys.executable, "-c", child_code, "0.4", BURN], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "burnt"
+        running = _tree_cpu_seconds() - before  # the child's 0.4 s and its ended grandchild's 0.4 s
+    finally:
+        child.communicate("end\n", timeout=60)
+    ended = _tree_cpu_seconds() - before
+    print(f"CPU counted with the child running {running:.2f} s, after it ended {ended:.2f} s (bounds: each in "
+          f"[0.75, 2.5]: 0.4 s the child, 0.4 s the grandchild it waited for, plus two interpreters' start-up, "
+          f"less the clock ticks' rounding; after >= while running - 0.05)")
+    assert 0.75 <= running <= 2.5 and 0.75 <= ended <= 2.5 and ended >= running - 0.05
+
+
 def test_graph_ops_built_in_a_test_process_keep_no_traceback():
     """docs/development.md: the test processes build graph ops without the stack that built them
     (tests/conftest.py `op_tracebacks_off`, unless XLNET_TF_TEST_OP_TRACEBACKS=1), so that the speed-up it gives
