@@ -210,8 +210,12 @@ def _tree_cpu_seconds():
     return total
 
 
-def pytest_runtest_logstart(nodeid, location):
-    _CPU_AT_START[nodeid] = _tree_cpu_seconds()
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Notes `_tree_cpu_seconds()` as the test begins (in the process that runs it: a worker, or pytest with -n 0)."""
+    _CPU_AT_START[item.nodeid] = _tree_cpu_seconds()
+    yield
+    _CPU_AT_START.pop(item.nodeid, None)
 
 
 @pytest.hookimpl(hookwrapper=True)
