@@ -224,7 +224,7 @@ def pytest_runtest_makereport(item, call):
     xdist sends to the controller with it."""
     outcome = yield
     report = outcome.get_result()
-    began = _CPU_AT_START.pop(item.nodeid, None) if call.when == "teardown" else None
+    began = _CPU_AT_START.get(item.nodeid) if call.when == "teardown" else None
     now = _tree_cpu_seconds() if began is not None else None
     if now is not None:
         report.user_properties.append((CPU_PROPERTY, round(now - began, 2)))

@@ -159,11 +159,15 @@ def search_sorted(sorted_values, values, side="left", out_type=tf.int64):
     return tf.reshape(found, [-1])
 
 
+def _count_up(limit):
+    """0, 1, ..., ``limit`` - 1 for an int64 scalar ``limit``: int64, in 3 graph ops (``tf.range`` casts its bounds)."""
+    return tf.raw_ops.Range(start=tf.constant(0, tf.int64), limit=limit, delta=tf.constant(1, tf.int64))
+
+
 def element_index(tensor):
     """0, 1, ..., N - 1 for the N elements of ``tensor``: int64 ``[N]``, in 4 graph ops (``tf.range`` casts its
     bounds: 6)."""
-    return tf.raw_ops.Range(start=tf.constant(0, tf.int64), limit=tf.size(tensor, out_type=tf.int64),
-                            delta=tf.constant(1, tf.int64))
+    return _count_up(tf.size(tensor, out_type=tf.int64))
 
 
 def kept(values, mask):
@@ -176,8 +180,8 @@ def row_ids(rt):
     N: TensorFlow's own (and ``tf.ragged.boolean_mask``'s) tiles each row's index to the longest row's length, so a
     batch of many short rows and one long one costs rows x longest."""
     splits = tf.cast(rt.row_splits, tf.int64)
-    index = tf.raw_ops.Range(start=tf.constant(0, tf.int64), limit=splits[-1], delta=tf.constant(1, tf.int64))
-    return search_sorted(splits, index, side="right") - 1  # the splits at or before a value, less the leading 0
+    # the splits at or before a value, less the leading 0
+    return search_sorted(splits, _count_up(splits[-1]), side="right") - 1
 
 
 def substrings(text, rows, starts, lengths):
@@ -239,7 +243,7 @@ def _preprocess_with_alignment(strings, lower_case, keep_accents=False, remove_s
 
     # 3. NFKD, per character (combining marks are dropped next, so canonical reordering cannot matter).
     chars = tf.raw_ops.UnicodeEncode(  # one string per code point (tf.strings.unicode_encode of cps[:, None]: 43 ops)
-        input_values=cps, input_splits=tf.concat([element_index(cps), tf.size(cps, out_type=tf.int64)[None]], 0),
+        input_values=cps, input_splits=_count_up(tf.size(cps, out_type=tf.int64) + 1),
         output_encoding="UTF-8", errors="replace", replacement_char=0xFFFD)
     if keep_accents:  # no NFKD; str.lower's one two-character result (İ -> i + U+0307) is made here
         if lower_case:
