@@ -44,7 +44,7 @@ def _inference(case):
 
     batch = {k: tf.constant(v) for k, v in synthetic_batch(case).items() if k in ENCODER_INPUTS}
     model = XLNetModel(xlnet_config(case), dtype=keras_dtype(case))
-    forward = tf.function(lambda inputs: model(inputs)["sequence_output"], jit_compile=case.xla)
+    forward = tf.function(lambda inputs: model(inputs)["sequence_output"], jit_compile=case.xla, autograph=False)
     seconds = time_iterations(lambda: forward(batch).numpy(), case.warmup, case.iterations)
     result = {"seconds": seconds, "note": f"tf.function{', XLA' if case.xla else ''}"}
     if case.precision != "float32":

@@ -61,16 +61,16 @@ def _module(kind, offset):
             return {"logits": logits, "probabilities": tf.nn.softmax(logits), "label_id": label_id,
                     "label": tf.gather(self.labels, label_id)}
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
         def classify(self, text):
             return self._classify(text)
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")], autograph=False)
         def classify_examples(self, inputs):
             probabilities = self._classify(self._example_text(inputs))["probabilities"]
             return {"classes": tf.broadcast_to(self.labels, tf.shape(probabilities)), "scores": probabilities}
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")], autograph=False)
         def regress_examples(self, inputs):
             return {"outputs": self._classify(self._example_text(inputs))["probabilities"][:, 1]}
 
@@ -79,11 +79,11 @@ def _module(kind, offset):
             return tf.io.parse_example(serialized, {"text": tf.io.FixedLenFeature([], tf.string)})["text"]
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text_a"),
-                                      tf.TensorSpec([None], tf.string, name="text_b")])
+                                      tf.TensorSpec([None], tf.string, name="text_b")], autograph=False)
         def pair(self, text_a, text_b):
             return self._classify(tf.strings.join([text_a, text_b], separator=" | "))
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
         def encode(self, text):
             chars, _, _ = checked_lengths(text)
             codes = tf.cast(chars[:, :ENCODE_LENGTH].to_tensor(shape=[None, ENCODE_LENGTH]), tf.float32)
@@ -92,7 +92,7 @@ def _module(kind, offset):
             pooled = tf.reduce_sum(sequence, axis=1) / tf.maximum(tf.reduce_sum(mask, axis=1, keepdims=True), 1.0)
             return {"sequence_output": sequence, "pooled_output": pooled, "padding_mask": mask}
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="seconds")])
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="seconds")], autograph=False)
         def slow(self, seconds):
             micros = tf.cast(tf.reduce_max(tf.concat([seconds, [0.0]], 0)) * 1e6, tf.int64)
             empty = tf.data.Dataset.range(0)
@@ -101,13 +101,13 @@ def _module(kind, offset):
                 sleeping = tf.raw_ops.SleepDataset(input_dataset=empty._variant_tensor, sleep_microseconds=micros,
                                                    output_types=[tf.int64], output_shapes=[[]])
                 total = tf.data.experimental.from_variant(sleeping, empty.element_spec).reduce(
-                    tf.constant(0, tf.int64), lambda a, b: a + b)
+                    tf.constant(0, tf.int64), tf.autograph.experimental.do_not_convert(lambda a, b: a + b))
             with tf.control_dependencies([total]):
                 slept = tf.timestamp() - began  # as the servable's clock (the wall clock) saw the sleep
             return {"elapsed": seconds + tf.cast(total, tf.float32),
                     "slept": tf.fill(tf.shape(seconds), tf.cast(slept, tf.float32))}
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
         def busy(self, text):
             _, lengths, _ = checked_lengths(text)
             state = tf.tile(lengths[:, None], [1, BUSY_WIDTH]) * 1e-3
@@ -118,13 +118,13 @@ def _module(kind, offset):
             _, state = tf.while_loop(lambda i, _: i < BUSY_STEPS, step, [tf.constant(0), state])
             return {"score": tf.reduce_sum(state, axis=-1)}
 
-        @tf.function(input_signature=[tf.TensorSpec([None, 1], tf.float32, name="x")])
+        @tf.function(input_signature=[tf.TensorSpec([None, 1], tf.float32, name="x")], autograph=False)
         def scale(self, x):
             return {"y": 2.0 * x}
 
     class QA(Classifier):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="question"),
-                                      tf.TensorSpec([None], tf.string, name="context")])
+                                      tf.TensorSpec([None], tf.string, name="context")], autograph=False)
         def answer(self, question, context):
             _, q_len, _ = checked_lengths(question)
             _, c_len, _ = checked_lengths(context)

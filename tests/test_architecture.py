@@ -8,7 +8,8 @@
 * the server split along TensorFlow Serving's seams stays split: no file of serving/ over MAX_LINES, the HTTP
   layer imports nothing of models, JSON bodies or gRPC (circles among serving's modules: the acyclic contract);
 * each command's flags beside what it runs: xlnet_tf/cli.py defines no flag, and every command of the parser is a
-  `Command` of xlnet_tf.commands whose flags and run function live in one module."""
+  `Command` of xlnet_tf.commands whose flags and run function live in one module;
+* every `tf.function` of the project says `autograph=False` (docs/development.md: nothing is converted)."""
 
 from __future__ import annotations
 
@@ -157,3 +158,54 @@ def test_no_module_imports_a_private_name_of_another(installed):
                 crossing += [f"{os.path.relpath(path, installed)}: {node.module or '.'}.{a.name}"
                              for a in node.names if a.name.startswith("_") and not a.name.endswith("__")]
     check("private names imported from another module", crossing, "none", not crossing)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Nothing of the project is converted by autograph (docs/development.md, "Where a run's time goes")
+
+SOURCES = ("xlnet_tf", "export", "serving", "benchmarks")
+# Other projects' models, traced as their own users trace them (keras-hub's and Model Garden's code may need it).
+OTHERS = {os.path.join("benchmarks", "run_keras_hub.py"), os.path.join("benchmarks", "run_model_garden.py")}
+
+
+def tf_function_sites(source, path="<source>"):
+    """Every `tf.function` in Python `source` -> [(line, converts)]: each `tf.function(...)` call or decorator, and
+    each bare `@tf.function`; `converts` unless the call says `autograph=False`."""
+    def is_tf_function(node):
+        return (isinstance(node, ast.Attribute) and node.attr == "function" and isinstance(node.value, ast.Name)
+                and node.value.id == "tf")
+
+    sites = []
+    for node in ast.walk(ast.parse(source, path)):
+        if isinstance(node, ast.Call) and is_tf_function(node.func):
+            off = any(k.arg == "autograph" and isinstance(k.value, ast.Constant) and k.value.value is False
+                      for k in node.keywords)
+            sites.append((node.lineno, not off))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            sites += [(d.lineno, True) for d in node.decorator_list if is_tf_function(d)]
+    return sites
+
+
+def test_every_tf_function_of_the_project_is_traced_without_autograph():
+    """Every `tf.function` in the project's source says `autograph=False` (its loops are `tf.while_loop`s, its
+    branches `tf.cond`s): converting costs a process tenths of a second per function tree. The functions handed to
+    `strategy.run` or `tf.data` are checked as the training step runs (tests/test_training_step.py)."""
+    samples = {"@tf.function\ndef f(x):\n    return x\n": 1,
+               "f = tf.function(lambda x: x, jit_compile=True)\n": 1,
+               "f = tf.function(lambda x: x, autograph=True)\n": 1,
+               "f = tf.function(lambda x: x, autograph=False)\n": 0,
+               "@tf.function(input_signature=[], autograph=False)\ndef f():\n    return 1\n": 0}
+    for source, want in samples.items():
+        got = sum(converts for _, converts in tf_function_sites(source))
+        check(f"the check on {source.splitlines()[0]!r}: functions autograph would convert", got, want, got == want)
+    sites, converted = 0, []
+    for folder in SOURCES:
+        for path in sorted(glob.glob(os.path.join(ROOT, folder, "**", "*.py"), recursive=True)):
+            if os.path.relpath(path, ROOT) in OTHERS:
+                continue
+            with open(path, encoding="utf-8") as f:
+                found = tf_function_sites(f.read(), path)
+            sites += len(found)
+            converted += [f"{os.path.relpath(path, ROOT)}:{line}" for line, converts in found if converts]
+    check(f"tf.function uses in {', '.join(SOURCES)} (but {', '.join(sorted(OTHERS))}), and those autograph would "
+          f"convert", (sites, converted), "(more than 20, [])", sites > 20 and not converted)
