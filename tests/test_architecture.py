@@ -168,15 +168,15 @@ SOURCES = ("xlnet_tf", "export", "serving", "benchmarks")
 OTHERS = {os.path.join("benchmarks", "run_keras_hub.py"), os.path.join("benchmarks", "run_model_garden.py")}
 
 
-def tf_function_sites(source, path="<source>"):
-    """Every `tf.function` in Python `source` -> [(line, converts)]: each `tf.function(...)` call or decorator, and
-    each bare `@tf.function`; `converts` unless the call says `autograph=False`."""
+def tf_function_sites(module):
+    """Every `tf.function` in a parsed module (`ast.parse`) -> [(line, converts)]: each `tf.function(...)` call or
+    decorator, and each bare `@tf.function`; `converts` unless the call says `autograph=False`."""
     def is_tf_function(node):
         return (isinstance(node, ast.Attribute) and node.attr == "function" and isinstance(node.value, ast.Name)
                 and node.value.id == "tf")
 
     sites = []
-    for node in ast.walk(ast.parse(source, path)):
+    for node in ast.walk(module):
         if isinstance(node, ast.Call) and is_tf_function(node.func):
             off = any(k.arg == "autograph" and isinstance(k.value, ast.Constant) and k.value.value is False
                       for k in node.keywords)
@@ -196,15 +196,14 @@ def test_every_tf_function_of_the_project_is_traced_without_autograph():
                "f = tf.function(lambda x: x, autograph=False)\n": 0,
                "@tf.function(input_signature=[], autograph=False)\ndef f():\n    return 1\n": 0}
     for source, want in samples.items():
-        got = sum(converts for _, converts in tf_function_sites(source))
+        got = sum(converts for _, converts in tf_function_sites(ast.parse(source)))
         check(f"the check on {source.splitlines()[0]!r}: functions autograph would convert", got, want, got == want)
     sites, converted = 0, []
     for folder in SOURCES:
         for path in sorted(glob.glob(os.path.join(ROOT, folder, "**", "*.py"), recursive=True)):
             if os.path.relpath(path, ROOT) in OTHERS:
                 continue
-            with open(path, encoding="utf-8") as f:
-                found = tf_function_sites(f.read(), path)
+            found = tf_function_sites(tree(path))
             sites += len(found)
             converted += [f"{os.path.relpath(path, ROOT)}:{line}" for line, converts in found if converts]
     check(f"tf.function uses in {', '.join(SOURCES)} (but {', '.join(sorted(OTHERS))}), and those autograph would "
